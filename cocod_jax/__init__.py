@@ -1,0 +1,1 @@
+"""cocod_jax: CoCoD-SGD and its baselines for data-parallel training in JAX/Flax."""

@@ -1,0 +1,54 @@
+"""The decoupled correction of CoCoD-SGD as an optax-style transform, and the weighted average.
+
+CoCoD-SGD (ALGORITHMS.md) snapshots `s = x` at the start of a round, averages the snapshots in
+the background while k local steps run, and then sets
+
+    x <- a + (x - s),   a = sum_j w_j s_j,
+
+that is, the common average plus this worker's own progress during the round. The next round
+snapshots the corrected `x`. The transform below holds the snapshot as its state, so the
+communicator (which computes `a`) stays outside the pure math.
+"""
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+PyTree = Any
+
+
+class CorrectionState(NamedTuple):
+  """The snapshot taken at the start of the current round."""
+
+  snapshot: PyTree
+
+
+class CorrectionTransform(NamedTuple):
+  """`init(x)` takes the snapshot; `update(x, averaged_snapshot, state)` applies the correction."""
+
+  init: Callable[[PyTree], CorrectionState]
+  update: Callable[[PyTree, PyTree, CorrectionState], tuple[PyTree, CorrectionState]]
+
+
+def decoupled_correction() -> CorrectionTransform:
+  """Returns the CoCoD-SGD correction `x <- mean(snapshot) + (x - snapshot)`."""
+
+  def init(x):
+    # Arrays are immutable and nothing here is donated, so the snapshot cannot be overwritten by
+    # later steps; the copy makes the snapshot a buffer of its own all the same.
+    return CorrectionState(snapshot=jax.tree.map(jnp.copy, x))
+
+  def update(x, averaged_snapshot, state):
+    # Written as a + (x - s) rather than x + (a - s): with one worker a == s bit for bit, and
+    # then the result is exactly x, so CoCoD with N=1 reproduces plain SGD to the last bit.
+    new_x = jax.tree.map(lambda xi, a, s: a + (xi - s), x, averaged_snapshot, state.snapshot)
+    return new_x, CorrectionState(snapshot=new_x)
+
+  return CorrectionTransform(init=init, update=update)
+
+
+def worker_weights(batch_sizes) -> list[float]:
+  """`w_i = M_i / sum_j M_j` (ALGORITHMS.md): every average in the project uses these weights."""
+  total = float(sum(batch_sizes))
+  return [m / total for m in batch_sizes]

@@ -1,0 +1,116 @@
+"""Flax models: CIFAR ResNet18 and VGG16, a small CNN for CPU runs, and a zero-initialised linear model.
+
+Every model takes `(x, train, mask)`; `mask` (one 0/1 weight per example, or None) keeps padded
+examples out of BatchNorm statistics, so workers with unequal batch sizes can share one shape.
+"""
+
+from typing import Sequence
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+
+class _BNReLUConv(nn.Module):
+  features: int
+  strides: int = 1
+
+  @nn.compact
+  def __call__(self, x, train, mask):
+    x = nn.Conv(self.features, (3, 3), strides=self.strides, padding=1, use_bias=False)(x)
+    x = nn.BatchNorm(use_running_average=not train, momentum=0.9)(x, mask=_bn_mask(mask, x))
+    return nn.relu(x)
+
+
+def _bn_mask(mask, x):
+  if mask is None:
+    return None
+  return jnp.broadcast_to(mask.reshape((-1,) + (1,) * (x.ndim - 1)) > 0, x.shape)
+
+
+class BasicBlock(nn.Module):
+  """ResNet basic block (two 3x3 convolutions) with a projection shortcut when the shape changes."""
+
+  features: int
+  strides: int = 1
+
+  @nn.compact
+  def __call__(self, x, train, mask):
+    y = nn.Conv(self.features, (3, 3), strides=self.strides, padding=1, use_bias=False)(x)
+    y = nn.BatchNorm(use_running_average=not train, momentum=0.9)(y, mask=_bn_mask(mask, y))
+    y = nn.relu(y)
+    y = nn.Conv(self.features, (3, 3), padding=1, use_bias=False)(y)
+    y = nn.BatchNorm(use_running_average=not train, momentum=0.9)(y, mask=_bn_mask(mask, y))
+    if x.shape != y.shape:
+      x = nn.Conv(self.features, (1, 1), strides=self.strides, use_bias=False)(x)
+      x = nn.BatchNorm(use_running_average=not train, momentum=0.9)(x, mask=_bn_mask(mask, x))
+    return nn.relu(x + y)
+
+
+class ResNet18(nn.Module):
+  """CIFAR ResNet18: 3x3 stem, no max-pool, four stages of two basic blocks."""
+
+  num_classes: int
+  stage_features: Sequence[int] = (64, 128, 256, 512)
+
+  @nn.compact
+  def __call__(self, x, train=False, mask=None):
+    x = _BNReLUConv(self.stage_features[0])(x, train, mask)
+    for i, f in enumerate(self.stage_features):
+      x = BasicBlock(f, strides=1 if i == 0 else 2)(x, train, mask)
+      x = BasicBlock(f)(x, train, mask)
+    x = jnp.mean(x, axis=(1, 2))
+    return nn.Dense(self.num_classes)(x)
+
+
+VGG16_LAYOUT = (64, 64, 'M', 128, 128, 'M', 256, 256, 256, 'M', 512, 512, 512, 'M', 512, 512, 512, 'M')
+
+
+class VGG16(nn.Module):
+  """VGG16 with BatchNorm and a CIFAR-sized classifier (one dense layer on the 512 features)."""
+
+  num_classes: int
+
+  @nn.compact
+  def __call__(self, x, train=False, mask=None):
+    for v in VGG16_LAYOUT:
+      if v == 'M':
+        x = nn.max_pool(x, (2, 2), strides=(2, 2))
+      else:
+        x = _BNReLUConv(v)(x, train, mask)
+    x = x.reshape((x.shape[0], -1))
+    return nn.Dense(self.num_classes)(x)
+
+
+class SmallCNN(nn.Module):
+  """Two convolutions with BatchNorm, global pooling and a dense layer: fast on a CPU."""
+
+  num_classes: int
+
+  @nn.compact
+  def __call__(self, x, train=False, mask=None):
+    x = _BNReLUConv(32)(x, train, mask)
+    x = _BNReLUConv(64, strides=2)(x, train, mask)
+    x = jnp.mean(x, axis=(1, 2))
+    return nn.Dense(self.num_classes)(x)
+
+
+class Linear(nn.Module):
+  """Flatten and one dense layer, kernel and bias initialised to zero (for exact-math tests)."""
+
+  num_classes: int
+
+  @nn.compact
+  def __call__(self, x, train=False, mask=None):
+    x = x.reshape((x.shape[0], -1))
+    return nn.Dense(self.num_classes, kernel_init=nn.initializers.zeros,
+                    bias_init=nn.initializers.zeros)(x)
+
+
+MODELS = {'resnet18': ResNet18, 'vgg16': VGG16, 'cnn': SmallCNN, 'linear': Linear}
+
+
+def get_model(name: str, num_classes: int) -> nn.Module:
+  """Returns the model called `name`; unknown names raise ValueError listing the known ones."""
+  if name not in MODELS:
+    raise ValueError(f'model.name={name!r} is unknown; known models: {sorted(MODELS)}')
+  return MODELS[name](num_classes=num_classes)

@@ -1,0 +1,38 @@
+"""Fields shared by every config (other tools drive the binary through these names)."""
+
+import ml_collections
+
+
+def base_config() -> ml_collections.ConfigDict:
+  """The paper's Section 5 hyperparameters; each experiment file overrides what differs."""
+  c = ml_collections.ConfigDict()
+  c.algorithm = ml_collections.ConfigDict()
+  c.algorithm.name = 'cocod_sgd'
+  c.algorithm.period = 5
+  c.algorithm.warmup_period_epochs = 10
+  c.algorithm.average_batch_stats = True
+  c.algorithm.average_momentum = False
+  c.backend = 'emulated'
+  c.num_workers = 16
+  c.model = ml_collections.ConfigDict()
+  c.model.name = 'resnet18'
+  c.dataset = ml_collections.ConfigDict()
+  c.dataset.name = 'cifar10'
+  c.dataset.path = ''
+  c.dataset.shuffle = True
+  c.dataset.augment = True
+  c.dataset.num_classes = 0  # 0: from the data.
+  c.batch_size = 32
+  c.worker_speeds = ()
+  c.proportional_sampling = False
+  c.optimizer = ml_collections.ConfigDict()
+  c.optimizer.learning_rate = 0.01
+  c.optimizer.momentum = 0.9
+  c.optimizer.weight_decay = 1e-4
+  c.optimizer.lr_scaling = 'linear'
+  c.optimizer.warmup_epochs = 5
+  c.optimizer.decay_epochs = (81,)
+  c.optimizer.decay_factor = 0.1
+  c.num_epochs = 120
+  c.seed = 0
+  return c
