@@ -40,9 +40,9 @@ def decoupled_correction() -> CorrectionTransform:
     return CorrectionState(snapshot=jax.tree.map(jnp.copy, x))
 
   def update(x, averaged_snapshot, state):
-    # Written as a + (x - s) rather than x + (a - s): with one worker a == s bit for bit, and
-    # then the result is exactly x, so CoCoD with N=1 reproduces plain SGD to the last bit.
-    new_x = jax.tree.map(lambda xi, a, s: a + (xi - s), x, averaged_snapshot, state.snapshot)
+    # Evaluated as x + (a - s), equal to a + (x - s) in exact arithmetic: with one worker
+    # a == s bit for bit, so the result is exactly x and CoCoD with N=1 is plain SGD to the bit.
+    new_x = jax.tree.map(lambda xi, a, s: xi + (a - s), x, averaged_snapshot, state.snapshot)
     return new_x, CorrectionState(snapshot=new_x)
 
   return CorrectionTransform(init=init, update=update)

@@ -1,0 +1,144 @@
+"""Trajectories of the four algorithms on the emulated cluster against tests/reference.py.
+
+The `linear` model starts at zero and every batch covers its worker's whole shard, so each run
+is deterministic and the NumPy transcription of ALGORITHMS.md gives the expected final model.
+"""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from cocod_jax import config_validation
+from cocod_jax import input_pipeline
+from cocod_jax import train
+from configs import test as test_config
+from tests import reference
+
+ALGOS = ('ssgd', 'pipe_sgd', 'local_sgd', 'cocod_sgd')
+
+
+def _tiny_npz(tmp_path, n_train=30, dim=5, classes=3, seed=0):
+  rs = np.random.RandomState(seed)
+  x = rs.randn(n_train + 10, dim).astype(np.float32)
+  y = rs.randint(0, classes, n_train + 10).astype(np.int32)
+  path = os.path.join(tmp_path, 'tiny.npz')
+  np.savez(path, x_train=x[:n_train], y_train=y[:n_train], x_test=x[n_train:], y_test=y[n_train:])
+  return path, x[:n_train], y[:n_train]
+
+
+def _config(path, algorithm, workers, batch, epochs, period, speeds=()):
+  c = test_config.get_config()
+  c.dataset.name = 'npz'
+  c.dataset.path = path
+  c.dataset.shuffle = False
+  c.algorithm.name = algorithm
+  c.algorithm.period = period
+  c.num_workers = workers
+  c.batch_size = batch
+  c.num_epochs = epochs
+  c.optimizer.learning_rate = 0.5
+  c.optimizer.lr_scaling = 'none'
+  c.optimizer.decay_epochs = (1000,)
+  if speeds:
+    c.worker_speeds = speeds
+    c.proportional_sampling = True
+  config_validation.validate(c)
+  return c
+
+
+def _run(c, workdir):
+  train.train_and_evaluate(c, str(workdir))
+  with np.load(os.path.join(workdir, 'final_params.npz')) as f:
+    return f['params/Dense_0/kernel'], f['params/Dense_0/bias']
+
+
+@pytest.mark.parametrize('algorithm', ALGOS)
+def test_trajectory_matches_reference(tmp_path, algorithm):
+  # 3 workers, 10 examples each, batch 10 (the whole shard), 7 steps with period 3, so the last
+  # round is cut short by the end of training and closed by the final average.
+  path, x, y = _tiny_npz(tmp_path)
+  c = _config(path, algorithm, workers=3, batch=10, epochs=7, period=3)
+  w, b = _run(c, tmp_path / 'run')
+  shards = [(x[i * 10:(i + 1) * 10], y[i * 10:(i + 1) * 10]) for i in range(3)]
+  ew, eb = reference.run(algorithm, shards, 3, 7, 0.5, 0.9, 1e-4, 3, [10, 10, 10])
+  np.testing.assert_allclose(w, ew, rtol=2e-5, atol=2e-6)
+  np.testing.assert_allclose(b, eb, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize('algorithm', ALGOS)
+def test_weighted_average_with_unequal_batches(tmp_path, algorithm):
+  # Speeds 1 and 2 with proportional sampling: M = (10, 20), shards of 10 and 20 examples in
+  # file order, weights (1/3, 2/3).
+  path, x, y = _tiny_npz(tmp_path)
+  c = _config(path, algorithm, workers=2, batch=10, epochs=5, period=2, speeds=(1.0, 2.0))
+  assert train.batch_sizes(c) == [10, 20]
+  w, b = _run(c, tmp_path / 'run')
+  shards = [(x[:10], y[:10]), (x[10:30], y[10:30])]
+  ew, eb = reference.run(algorithm, shards, 3, 5, 0.5, 0.9, 1e-4, 2, [10, 20])
+  np.testing.assert_allclose(w, ew, rtol=2e-5, atol=2e-6)
+  np.testing.assert_allclose(b, eb, rtol=2e-5, atol=2e-6)
+  # The weights matter: the plain mean gives a different model.
+  plain = reference.run(algorithm, shards, 3, 5, 0.5, 0.9, 1e-4, 2, [10, 10])
+  assert not np.allclose(w, plain[0], rtol=1e-3, atol=1e-4)
+
+
+def test_local_sgd_period_one_equals_ssgd(tmp_path):
+  path, _, _ = _tiny_npz(tmp_path)
+  a = _run(_config(path, 'local_sgd', 3, 10, 6, 1), tmp_path / 'a')
+  b = _run(_config(path, 'ssgd', 3, 10, 6, 1), tmp_path / 'b')
+  np.testing.assert_allclose(a[0], b[0], rtol=1e-5, atol=1e-6)
+
+
+def test_cocod_one_worker_equals_plain_sgd(tmp_path):
+  path, _, _ = _tiny_npz(tmp_path)
+  a = _run(_config(path, 'cocod_sgd', 1, 30, 6, 3), tmp_path / 'a')
+  b = _run(_config(path, 'ssgd', 1, 30, 6, 3), tmp_path / 'b')
+  np.testing.assert_array_equal(a[0], b[0])
+  np.testing.assert_array_equal(a[1], b[1])
+
+
+def test_cocod_differs_from_local_sgd(tmp_path):
+  path, _, _ = _tiny_npz(tmp_path)
+  a = _run(_config(path, 'cocod_sgd', 3, 10, 6, 3), tmp_path / 'a')
+  b = _run(_config(path, 'local_sgd', 3, 10, 6, 3), tmp_path / 'b')
+  assert np.max(np.abs(a[0] - b[0])) > 1e-4
+
+
+def test_learning_rate_schedule():
+  c = test_config.get_config()
+  c.num_workers = 4
+  c.batch_size = 32
+  c.optimizer.learning_rate = 0.01
+  c.optimizer.warmup_epochs = 2
+  c.optimizer.decay_epochs = (4,)
+  lr = train.learning_rate_fn(c, train.batch_sizes(c), steps_per_epoch=10)
+  # Linear scaling to 0.04; warm-up from 0.01 over 20 steps; /10 from the start of epoch 4.
+  np.testing.assert_allclose([float(lr(t)) for t in (0, 10, 20, 29, 30)],
+                             [0.01, 0.025, 0.04, 0.04, 0.004], rtol=1e-6)
+  c.optimizer.lr_scaling = 'none'
+  assert float(train.learning_rate_fn(c, [32] * 4, 10)(25)) == pytest.approx(0.01)
+
+
+def test_proportional_batches_and_heterogeneous_lr():
+  c = test_config.get_config()
+  c.num_workers = 4
+  c.batch_size = 32
+  c.worker_speeds = (1.0, 1.0, 2.0, 2.0)
+  c.proportional_sampling = True
+  sizes = train.batch_sizes(c)
+  assert sizes == [32, 32, 64, 64]
+  assert train.peak_learning_rate(c, sizes) == pytest.approx(0.01 * 6)
+  assert input_pipeline.shard_sizes(1200, sizes) == [200, 200, 400, 400]
+
+
+def test_results_file(tmp_path):
+  c = test_config.get_config()
+  res = train.train_and_evaluate(c, str(tmp_path))
+  on_disk = json.loads((tmp_path / 'results.json').read_text())
+  assert on_disk['final'] == res['final']
+  assert set(on_disk['epochs'][0]) == {'epoch', 'train_loss', 'test_loss', 'test_accuracy',
+                                       'train_time_s'}
+  assert on_disk['config']['algorithm']['name'] == 'cocod_sgd'
+  assert any(f.startswith('events.out.tfevents') for f in os.listdir(tmp_path))
