@@ -1,11 +1,13 @@
 """Communicators: how workers average pytrees. The algorithms only ever call `weighted_mean`.
 
-`EmulatedCommunicator` runs every worker in one process, one XLA CPU device each, with the
-average as a device collective (`lax.psum` over the worker axis). The MPI runtime provides the
+`EmulatedCommunicator` runs every worker in one process, one XLA CPU device each; the weighted
+average gathers the workers' copies onto worker 0's device, sums there and copies the result
+back (see the comment in `__init__` for why not `lax.psum`). The MPI runtime is to provide the
 same interface over mpi4jax, so the step functions are shared.
 """
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 AXIS = 'workers'
@@ -21,14 +23,27 @@ class EmulatedCommunicator:
     self._sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
     self.weights = self.shard([np.float32(w) for w in weights])
 
-    def _mean(tree, w):
-      return jax.lax.psum(jax.tree.map(lambda a: (a * w).astype(a.dtype), tree), AXIS)
+    # The reduction runs as one program on worker 0's device over a gathered copy, and the result
+    # is copied back to every worker. A device collective (`lax.psum` under `pmap`, or a sum over
+    # the sharded axis) deadlocked XLA's CPU rendezvous here ("Expected 2 threads to join the
+    # rendezvous, but only 1 of them arrived") on 2 cores when S-SGD chained it between two
+    # pmapped steps; explicit copies between CPU devices cannot deadlock.
+    self._root = jax.sharding.SingleDeviceSharding(self.devices[0])
 
-    self._mean = jax.pmap(_mean, axis_name=AXIS, devices=self.devices)
+    def _mean(tree, w):
+      def one(a):
+        wa = (a * w.reshape((-1,) + (1,) * (a.ndim - 1))).astype(a.dtype)
+        return jnp.broadcast_to(jnp.sum(wa, axis=0, keepdims=True), a.shape)
+
+      return jax.tree.map(one, tree)
+
+    self._mean = jax.jit(_mean)
+    self._weights_root = jax.device_put(self.weights, self._root)
 
   def weighted_mean(self, tree):
     """`sum_i w_i tree_i`, returned to every worker (blocking only when the result is read)."""
-    return self._mean(tree, self.weights)
+    gathered = jax.device_put(tree, self._root)
+    return jax.device_put(self._mean(gathered, self._weights_root), self._sharding)
 
   def replicate(self, tree):
     """Puts the same pytree on every worker (a leading worker axis is added)."""
@@ -53,6 +68,3 @@ def stack_padded(arrays, length):
     pad = np.zeros((length - len(a),) + a.shape[1:], a.dtype)
     out.append(np.concatenate([a, pad]))
   return out
-
-
-

@@ -10,7 +10,9 @@ snapshots the corrected `x`. The transform below holds the snapshot as its state
 communicator (which computes `a`) stays outside the pure math.
 """
 
-from typing import Any, Callable, NamedTuple
+from typing import Any
+from typing import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp

@@ -40,6 +40,7 @@ class Dataset:
 
 def _load_tfds(name, data_dir):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   tf.config.set_visible_devices([], 'GPU')  # TF must not take the GPU memory JAX will use.
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
 
@@ -54,8 +55,9 @@ def _load_tfds(name, data_dir):
       ys.append(ex['label'])
     out[split] = (np.concatenate(xs).astype(np.uint8), np.concatenate(ys).astype(np.int32))
   num_classes = builder.info.features['label'].num_classes
-  return Dataset(*out['train'], *out['test'], num_classes=num_classes, normalize='cifar',
-                 augment_ok=True)
+  return Dataset(
+    *out['train'], *out['test'], num_classes=num_classes, normalize='cifar', augment_ok=True
+  )
 
 
 def _load_digits():
@@ -71,29 +73,42 @@ def _load_digits():
 
 def _load_npz(path):
   if not path:
-    raise DataError("dataset.path='' but dataset.name='npz' needs a .npz file with "
-                    f'arrays {list(NPZ_KEYS)}')
+    raise DataError(
+      f"dataset.path='' but dataset.name='npz' needs a .npz file with arrays {list(NPZ_KEYS)}"
+    )
   if not os.path.isfile(path):
     raise DataError(f'dataset.path={path!r} does not exist (dataset.name=npz)')
   with np.load(path) as f:
     missing = [k for k in NPZ_KEYS if k not in f.files]
     if missing:
-      raise DataError(f'dataset.path={path!r} lacks arrays {missing}; it must hold {list(NPZ_KEYS)}')
+      raise DataError(
+        f'dataset.path={path!r} lacks arrays {missing}; it must hold {list(NPZ_KEYS)}'
+      )
     arrays = {k: f[k] for k in NPZ_KEYS}
   for split in ('train', 'test'):
     x, y = arrays['x_' + split], arrays['y_' + split]
     if len(x) != len(y):
       raise DataError(f'dataset.path={path!r}: x_{split} has {len(x)} rows, y_{split} {len(y)}')
     if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
-      raise DataError(f'dataset.path={path!r}: y_{split} must be a 1-D integer array, got '
-                      f'{y.dtype}{list(y.shape)}')
+      raise DataError(
+        f'dataset.path={path!r}: y_{split} must be a 1-D integer array, got '
+        f'{y.dtype}{list(y.shape)}'
+      )
   y_all = np.concatenate([arrays['y_train'], arrays['y_test']])
   if y_all.min() < 0:
-    raise DataError(f'dataset.path={path!r}: label {int(y_all.min())} out of range; labels must be '
-                    '0..num_classes-1')
-  return Dataset(arrays['x_train'].astype(np.float32), arrays['y_train'].astype(np.int32),
-                 arrays['x_test'].astype(np.float32), arrays['y_test'].astype(np.int32),
-                 num_classes=int(y_all.max()) + 1, normalize='none', augment_ok=False)
+    raise DataError(
+      f'dataset.path={path!r}: label {int(y_all.min())} out of range; labels must be '
+      '0..num_classes-1'
+    )
+  return Dataset(
+    arrays['x_train'].astype(np.float32),
+    arrays['y_train'].astype(np.int32),
+    arrays['x_test'].astype(np.float32),
+    arrays['y_test'].astype(np.int32),
+    num_classes=int(y_all.max()) + 1,
+    normalize='none',
+    augment_ok=False,
+  )
 
 
 def load_dataset(name: str, path: str = '', num_classes: int = 0) -> Dataset:
@@ -118,8 +133,10 @@ def load_dataset(name: str, path: str = '', num_classes: int = 0) -> Dataset:
   if num_classes:
     top = int(max(ds.y_train.max(), ds.y_test.max()))
     if top >= num_classes:
-      raise DataError(f'dataset.num_classes={num_classes} but the data has label {top}; labels '
-                      f'must be in 0..{num_classes - 1}')
+      raise DataError(
+        f'dataset.num_classes={num_classes} but the data has label {top}; labels '
+        f'must be in 0..{num_classes - 1}'
+      )
     ds.num_classes = num_classes
   return ds
 
@@ -131,8 +148,10 @@ def shard_sizes(num_examples: int, weights) -> list[int]:
 
 
 def shard_indices(num_examples: int, weights, shuffle: bool, seed: int) -> list[np.ndarray]:
-  """Disjoint index sets, one per worker; without shuffling worker i gets the i-th slice in order."""
-  order = np.random.RandomState(seed).permutation(num_examples) if shuffle else np.arange(num_examples)
+  """Disjoint index sets, one per worker; unshuffled, worker i gets the i-th slice in order."""
+  order = (
+    np.random.RandomState(seed).permutation(num_examples) if shuffle else np.arange(num_examples)
+  )
   sizes = shard_sizes(num_examples, weights)
   starts = np.cumsum([0] + sizes)
-  return [order[starts[i]:starts[i + 1]] for i in range(len(sizes))]
+  return [order[starts[i] : starts[i + 1]] for i in range(len(sizes))]

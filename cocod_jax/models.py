@@ -1,4 +1,4 @@
-"""Flax models: CIFAR ResNet18 and VGG16, a small CNN for CPU runs, and a zero-initialised linear model.
+"""Flax models: CIFAR ResNet18 and VGG16, a small CNN for CPU runs, and a zero-init linear model.
 
 Every model takes `(x, train, mask)`; `mask` (one 0/1 weight per example, or None) keeps padded
 examples out of BatchNorm statistics, so workers with unequal batch sizes can share one shape.
@@ -62,7 +62,26 @@ class ResNet18(nn.Module):
     return nn.Dense(self.num_classes)(x)
 
 
-VGG16_LAYOUT = (64, 64, 'M', 128, 128, 'M', 256, 256, 256, 'M', 512, 512, 512, 'M', 512, 512, 512, 'M')
+VGG16_LAYOUT = (
+  64,
+  64,
+  'M',
+  128,
+  128,
+  'M',
+  256,
+  256,
+  256,
+  'M',
+  512,
+  512,
+  512,
+  'M',
+  512,
+  512,
+  512,
+  'M',
+)
 
 
 class VGG16(nn.Module):
@@ -102,8 +121,9 @@ class Linear(nn.Module):
   @nn.compact
   def __call__(self, x, train=False, mask=None):
     x = x.reshape((x.shape[0], -1))
-    return nn.Dense(self.num_classes, kernel_init=nn.initializers.zeros,
-                    bias_init=nn.initializers.zeros)(x)
+    return nn.Dense(
+      self.num_classes, kernel_init=nn.initializers.zeros, bias_init=nn.initializers.zeros
+    )(x)
 
 
 MODELS = {'resnet18': ResNet18, 'vgg16': VGG16, 'cnn': SmallCNN, 'linear': Linear}

@@ -11,7 +11,8 @@ returned model is always the weighted average of the whole `x` (parameters and s
 import json
 import os
 import time
-from typing import Any, NamedTuple
+from typing import Any
+from typing import NamedTuple
 
 from absl import logging
 import flax
@@ -135,8 +136,12 @@ def make_step_fns(model, config, sizes, steps_per_epoch, normalize, augment_on) 
 
     def loss_fn(params):
       logits, new_vars = model.apply(
-          {'params': params, 'batch_stats': state.batch_stats}, x, train=True, mask=mask,
-          mutable=['batch_stats'])
+        {'params': params, 'batch_stats': state.batch_stats},
+        x,
+        train=True,
+        mask=mask,
+        mutable=['batch_stats'],
+      )
       ce = -jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1)[:, 0]
       return jnp.sum(ce * mask) / jnp.sum(mask), new_vars.get('batch_stats', {})
 
@@ -187,10 +192,12 @@ def create_train_state(model, key, input_shape, worker: int) -> TrainState:
   variables = model.init(key, jnp.zeros((1,) + tuple(input_shape), jnp.float32), train=False)
   params = variables['params']
   return TrainState(
-      step=jnp.zeros((), jnp.int32), params=params,
-      batch_stats=variables.get('batch_stats', {}),
-      momentum=jax.tree.map(jnp.zeros_like, params),
-      key=jax.random.fold_in(jax.random.fold_in(key, 1), worker))
+    step=jnp.zeros((), jnp.int32),
+    params=params,
+    batch_stats=variables.get('batch_stats', {}),
+    momentum=jax.tree.map(jnp.zeros_like, params),
+    key=jax.random.fold_in(jax.random.fold_in(key, 1), worker),
+  )
 
 
 # --------------------------------------------------------------------------- the loop
@@ -241,8 +248,9 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
   n = config.num_workers
   sizes = batch_sizes(config)
   weights = correction.worker_weights(sizes)
-  shards = input_pipeline.shard_indices(len(dataset.x_train), sizes, config.dataset.shuffle,
-                                        config.seed)
+  shards = input_pipeline.shard_indices(
+    len(dataset.x_train), sizes, config.dataset.shuffle, config.seed
+  )
   steps_per_epoch = min(len(s) // m for s, m in zip(shards, sizes))
   total_steps = steps_per_epoch * config.num_epochs
   augment_on = bool(config.dataset.augment) and dataset.augment_ok
@@ -259,13 +267,16 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
   mask = comm.shard([np.arange(m_max) < m for m in sizes])
   mask = jax.tree.map(lambda a: a.astype(jnp.float32), mask)
   key = jax.random.PRNGKey(config.seed)
-  state = jax.tree.map(lambda *a: comm.shard(a), *[
-      create_train_state(model, key, dataset.x_train.shape[1:], i) for i in range(n)])
+  state = jax.tree.map(
+    lambda *a: comm.shard(a),
+    *[create_train_state(model, key, dataset.x_train.shape[1:], i) for i in range(n)],
+  )
   eval_fn = jax.jit(fns.eval_step)
   rng = np.random.RandomState(config.seed + 1)
 
   os.makedirs(workdir, exist_ok=True)
   from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+
   writer = SummaryWriter(workdir)
 
   def epoch_batches():
@@ -273,7 +284,7 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
     out = np.zeros((steps_per_epoch, n, m_max), np.int32)
     for i, (s, m) in enumerate(zip(shards, sizes)):
       order = rng.permutation(len(s)) if config.dataset.shuffle else np.arange(len(s))
-      out[:, i, :m] = order[:steps_per_epoch * m].reshape(steps_per_epoch, m)
+      out[:, i, :m] = order[: steps_per_epoch * m].reshape(steps_per_epoch, m)
     return out
 
   def evaluate(st):
@@ -282,15 +293,17 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
     variables = dict(xhat) if jax.tree.leaves(xhat['batch_stats']) else {'params': xhat['params']}
     tot_loss, tot_correct, count = 0.0, 0.0, len(dataset.x_test)
     for b in range(0, count, EVAL_BATCH):
-      xb = dataset.x_test[b:b + EVAL_BATCH]
-      yb = dataset.y_test[b:b + EVAL_BATCH]
+      xb = dataset.x_test[b : b + EVAL_BATCH]
+      yb = dataset.y_test[b : b + EVAL_BATCH]
       real = len(xb)
       pad = EVAL_BATCH - real if count > EVAL_BATCH else 0
       xb = np.concatenate([xb, np.zeros((pad,) + xb.shape[1:], xb.dtype)])
       yb = np.concatenate([yb, np.zeros((pad,), yb.dtype)])
-      l, c = eval_fn(variables, xb, yb, (np.arange(len(xb)) < real).astype(np.float32))
-      tot_loss += float(l)
-      tot_correct += float(c)
+      batch_loss, batch_correct = eval_fn(
+        variables, xb, yb, (np.arange(len(xb)) < real).astype(np.float32)
+      )
+      tot_loss += float(batch_loss)
+      tot_correct += float(batch_correct)
     return tot_loss / count, tot_correct / count
 
   name = config.algorithm.name
@@ -309,8 +322,9 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
         idx = batches[s]
         if name == 'ssgd':
           grads, new_bs, loss = rt.compute_grads(state, x_data, y_data, idx, mask)
-          payload = comm.weighted_mean({'g': grads, 'bs': new_bs} if
-                                       config.algorithm.average_batch_stats else {'g': grads})
+          payload = comm.weighted_mean(
+            {'g': grads, 'bs': new_bs} if config.algorithm.average_batch_stats else {'g': grads}
+          )
           state = rt.apply_update(state, payload['g'], payload.get('bs', new_bs))
         elif name == 'pipe_sgd':
           grads, new_bs, loss = rt.compute_grads(state, x_data, y_data, idx, mask)
@@ -318,8 +332,9 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
             state = rt.skip_step(state)
           else:
             state = rt.apply_update(state, pending['g'], pending.get('bs', new_bs))
-          pending = comm.weighted_mean({'g': grads, 'bs': new_bs} if
-                                       config.algorithm.average_batch_stats else {'g': grads})
+          pending = comm.weighted_mean(
+            {'g': grads, 'bs': new_bs} if config.algorithm.average_batch_stats else {'g': grads}
+          )
         elif name == 'local_sgd':
           if t == round_end:
             round_end = t + period_at(config, t, steps_per_epoch)
@@ -345,14 +360,21 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
       per_worker = np.asarray(jnp.stack(losses))  # [steps, N]
       train_loss = float(np.mean(per_worker @ np.asarray(weights)))
       test_loss, test_acc = evaluate(state)
-      rec = {'epoch': epoch, 'train_loss': train_loss, 'test_loss': test_loss,
-             'test_accuracy': test_acc, 'train_time_s': train_time}
+      rec = {
+        'epoch': epoch,
+        'train_loss': train_loss,
+        'test_loss': test_loss,
+        'test_accuracy': test_acc,
+        'train_time_s': train_time,
+      }
       records.append(rec)
       for k in ('train_loss', 'test_loss', 'test_accuracy', 'train_time_s'):
         writer.add_scalar(k, rec[k], epoch)
-      print(f'epoch {epoch:3d}/{config.num_epochs}  train_loss {train_loss:.4f}  '
-            f'test_loss {test_loss:.4f}  test_acc {test_acc:.4f}  train_time {train_time:.1f}s',
-            flush=True)
+      print(
+        f'epoch {epoch:3d}/{config.num_epochs}  train_loss {train_loss:.4f}  '
+        f'test_loss {test_loss:.4f}  test_acc {test_acc:.4f}  train_time {train_time:.1f}s',
+        flush=True,
+      )
 
     # One last blocking average: every worker holds xhat, the model saved and reported.
     t0 = time.perf_counter()
@@ -361,16 +383,30 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
     jax.block_until_ready(state)
     train_time += time.perf_counter() - t0
     test_loss, test_acc = evaluate(state)
-    final = {'epoch': config.num_epochs, 'train_loss': records[-1]['train_loss'],
-             'test_loss': test_loss, 'test_accuracy': test_acc, 'train_time_s': train_time}
-    print(f'final (averaged model)  test_loss {test_loss:.4f}  test_acc {test_acc:.4f}  '
-          f'train_time {train_time:.1f}s', flush=True)
+    final = {
+      'epoch': config.num_epochs,
+      'train_loss': records[-1]['train_loss'],
+      'test_loss': test_loss,
+      'test_accuracy': test_acc,
+      'train_time_s': train_time,
+    }
+    print(
+      f'final (averaged model)  test_loss {test_loss:.4f}  test_acc {test_acc:.4f}  '
+      f'train_time {train_time:.1f}s',
+      flush=True,
+    )
   finally:
     writer.close()
     comm.close()
 
-  results = {'config': config.to_dict(), 'batch_sizes': sizes, 'weights': weights,
-             'steps_per_epoch': steps_per_epoch, 'epochs': records, 'final': final}
+  results = {
+    'config': config.to_dict(),
+    'batch_sizes': sizes,
+    'weights': weights,
+    'steps_per_epoch': steps_per_epoch,
+    'epochs': records,
+    'final': final,
+  }
   flat = _flatten(comm.first({'params': state.params, 'batch_stats': state.batch_stats}))
   tmp = os.path.join(workdir, 'final_params.tmp.npz')
   np.savez(tmp, **flat)

@@ -1,4 +1,4 @@
-"""CIFAR-10, VGG16, CoCoD-SGD on 16 workers: the paper's Section 5 homogeneous setting (Table 1 row).
+"""CIFAR-10, VGG16, CoCoD-SGD on 16 workers: the paper's Table 1 setting.
 
 Same hyperparameters as configs/default.py (batch 32 per worker, lr 0.01 scaled to 0.16 with a
 5-epoch warm-up, /10 at epoch 81, period 1 for 10 epochs then 5, 120 epochs) on CIFAR-10, VGG16.

@@ -1,6 +1,6 @@
 """Tiny config for the test suite: 2 workers, the linear model on digits, 1 epoch, seconds.
 
-    python -m cocod_jax.main --config=configs/test.py --workdir=/tmp/test_run
+python -m cocod_jax.main --config=configs/test.py --workdir=/tmp/test_run
 """
 
 from configs import common

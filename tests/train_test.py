@@ -61,7 +61,7 @@ def test_trajectory_matches_reference(tmp_path, algorithm):
   path, x, y = _tiny_npz(tmp_path)
   c = _config(path, algorithm, workers=3, batch=10, epochs=7, period=3)
   w, b = _run(c, tmp_path / 'run')
-  shards = [(x[i * 10:(i + 1) * 10], y[i * 10:(i + 1) * 10]) for i in range(3)]
+  shards = [(x[i * 10 : (i + 1) * 10], y[i * 10 : (i + 1) * 10]) for i in range(3)]
   ew, eb = reference.run(algorithm, shards, 3, 7, 0.5, 0.9, 1e-4, 3, [10, 10, 10])
   np.testing.assert_allclose(w, ew, rtol=2e-5, atol=2e-6)
   np.testing.assert_allclose(b, eb, rtol=2e-5, atol=2e-6)
@@ -115,8 +115,9 @@ def test_learning_rate_schedule():
   c.optimizer.decay_epochs = (4,)
   lr = train.learning_rate_fn(c, train.batch_sizes(c), steps_per_epoch=10)
   # Linear scaling to 0.04; warm-up from 0.01 over 20 steps; /10 from the start of epoch 4.
-  np.testing.assert_allclose([float(lr(t)) for t in (0, 10, 20, 29, 30)],
-                             [0.01, 0.025, 0.04, 0.04, 0.004], rtol=1e-6)
+  np.testing.assert_allclose(
+    [float(lr(t)) for t in (0, 10, 20, 29, 30)], [0.01, 0.025, 0.04, 0.04, 0.004], rtol=1e-6
+  )
   c.optimizer.lr_scaling = 'none'
   assert float(train.learning_rate_fn(c, [32] * 4, 10)(25)) == pytest.approx(0.01)
 
@@ -138,7 +139,12 @@ def test_results_file(tmp_path):
   res = train.train_and_evaluate(c, str(tmp_path))
   on_disk = json.loads((tmp_path / 'results.json').read_text())
   assert on_disk['final'] == res['final']
-  assert set(on_disk['epochs'][0]) == {'epoch', 'train_loss', 'test_loss', 'test_accuracy',
-                                       'train_time_s'}
+  assert set(on_disk['epochs'][0]) == {
+    'epoch',
+    'train_loss',
+    'test_loss',
+    'test_accuracy',
+    'train_time_s',
+  }
   assert on_disk['config']['algorithm']['name'] == 'cocod_sgd'
   assert any(f.startswith('events.out.tfevents') for f in os.listdir(tmp_path))
