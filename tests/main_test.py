@@ -87,16 +87,21 @@ def test_bad_input_refused(tmp_path, case):
   assert not wd.exists()  # Nothing written.
 
 
-def test_npz_lacking_array_refused(tmp_path):
-  arrays = _good_arrays()
-  del arrays['y_test']
+def _main_npz(tmp_path, arrays, *extra):
   path = _npz(tmp_path, **arrays)
-  p = _main(
+  return _main(
     tmp_path / 'run',
     '--config.dataset.name=npz',
     f'--config.dataset.path={path}',
     '--config.batch_size=5',
+    *extra,
   )
+
+
+def test_npz_lacking_array_refused(tmp_path):
+  arrays = _good_arrays()
+  del arrays['y_test']
+  p = _main_npz(tmp_path, arrays)
   assert p.returncode == 2 and 'y_test' in p.stderr and 'dataset.path' in p.stderr
   assert not (tmp_path / 'run').exists()
 
@@ -104,23 +109,10 @@ def test_npz_lacking_array_refused(tmp_path):
 def test_labels_out_of_range_refused(tmp_path):
   arrays = _good_arrays()
   arrays['y_train'][3] = 7
-  path = _npz(tmp_path, **arrays)
-  p = _main(
-    tmp_path / 'run',
-    '--config.dataset.name=npz',
-    f'--config.dataset.path={path}',
-    '--config.batch_size=5',
-    '--config.dataset.num_classes=3',
-  )
+  p = _main_npz(tmp_path, arrays, '--config.dataset.num_classes=3')
   assert p.returncode == 2 and 'dataset.num_classes' in p.stderr and '7' in p.stderr
   arrays['y_train'][3] = -1
-  path = _npz(tmp_path, **arrays)
-  p = _main(
-    tmp_path / 'run',
-    '--config.dataset.name=npz',
-    f'--config.dataset.path={path}',
-    '--config.batch_size=5',
-  )
+  p = _main_npz(tmp_path, arrays)
   assert p.returncode == 2 and 'out of range' in p.stderr
   assert not (tmp_path / 'run').exists()
 
