@@ -45,10 +45,6 @@ class EmulatedCommunicator:
     gathered = jax.device_put(tree, self._root)
     return jax.device_put(self._mean(gathered, self._weights_root), self._sharding)
 
-  def replicate(self, tree):
-    """Puts the same pytree on every worker (a leading worker axis is added)."""
-    return jax.tree.map(lambda a: self.shard([a] * self.num_workers), tree)
-
   def shard(self, per_worker):
     """Stacks a list of per-worker arrays (same shape) onto the workers' devices."""
     return jax.device_put(np.stack([np.asarray(a) for a in per_worker]), self._sharding)

@@ -225,9 +225,9 @@ class _Runtime:
     self.apply_update = pm(fns.apply_update)
     self.local_step = pm(fns.local_step)
     self.skip_step = pm(fns.skip_step)
-    self.correction = correction.decoupled_correction()
-    self.snapshot = pm(self.correction.init)
-    self.correct = pm(self.correction.update)
+    tx = correction.decoupled_correction()
+    self.snapshot = pm(tx.init)
+    self.correct = pm(tx.update)
 
 
 def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | None = None):
