@@ -21,7 +21,6 @@ class EmulatedCommunicator:
     self.num_workers = len(self.devices)
     mesh = jax.sharding.Mesh(np.array(self.devices), (AXIS,))
     self._sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
-    self.weights = self.shard([np.float32(w) for w in weights])
 
     # The reduction runs as one program on worker 0's device over a gathered copy, and the result
     # is copied back to every worker. A device collective (`lax.psum` under `pmap`, or a sum over
@@ -38,7 +37,7 @@ class EmulatedCommunicator:
       return jax.tree.map(one, tree)
 
     self._mean = jax.jit(_mean)
-    self._weights_root = jax.device_put(self.weights, self._root)
+    self._weights_root = jax.device_put(np.asarray(weights, np.float32), self._root)
 
   def weighted_mean(self, tree):
     """`sum_i w_i tree_i`, returned to every worker (blocking only when the result is read)."""

@@ -183,6 +183,13 @@ def synced_part(state, config):
   return part
 
 
+def gradient_payload(grads, batch_stats, config):
+  """What S-SGD and Pipe-SGD allreduce each step: the gradient, plus the statistics if averaged."""
+  if config.algorithm.average_batch_stats:
+    return {'g': grads, 'bs': batch_stats}
+  return {'g': grads}
+
+
 def with_synced(state, part):
   return state._replace(**part)
 
@@ -322,9 +329,7 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
         idx = batches[s]
         if name == 'ssgd':
           grads, new_bs, loss = rt.compute_grads(state, x_data, y_data, idx, mask)
-          payload = comm.weighted_mean(
-            {'g': grads, 'bs': new_bs} if config.algorithm.average_batch_stats else {'g': grads}
-          )
+          payload = comm.weighted_mean(gradient_payload(grads, new_bs, config))
           state = rt.apply_update(state, payload['g'], payload.get('bs', new_bs))
         elif name == 'pipe_sgd':
           grads, new_bs, loss = rt.compute_grads(state, x_data, y_data, idx, mask)
@@ -332,9 +337,7 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
             state = rt.skip_step(state)
           else:
             state = rt.apply_update(state, pending['g'], pending.get('bs', new_bs))
-          pending = comm.weighted_mean(
-            {'g': grads, 'bs': new_bs} if config.algorithm.average_batch_stats else {'g': grads}
-          )
+          pending = comm.weighted_mean(gradient_payload(grads, new_bs, config))
         elif name == 'local_sgd':
           if t == round_end:
             round_end = t + period_at(config, t, steps_per_epoch)
