@@ -1,16 +1,28 @@
-"""Communicators: how workers average pytrees. The algorithms only ever call `weighted_mean`.
+"""Communicators: how workers average pytrees. The training loop only calls `start`/`wait`
+(one collective in flight) and `weighted_mean` (the two together, blocking).
 
 `EmulatedCommunicator` runs every worker in one process, one XLA CPU device each; the weighted
 average gathers the workers' copies onto worker 0's device, sums there and copies the result
-back (see the comment in `__init__` for why not `lax.psum`). The MPI runtime is to provide the
-same interface over mpi4jax, so the step functions are shared.
+back (see the comment in `__init__` for why not `lax.psum`). `mpi_comm.MPICommunicator` has the
+same interface over mpi4jax, one process per worker, so the step functions are shared.
 """
+
+from typing import Any
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 AXIS = 'workers'
+
+
+class Done(NamedTuple):
+  """A collective that completed when it was started (the emulated cluster has no thread)."""
+
+  value: Any
+  label: str
+  span: tuple[float, float] | None = None
 
 
 class EmulatedCommunicator:
@@ -39,10 +51,18 @@ class EmulatedCommunicator:
     self._mean = jax.jit(_mean)
     self._weights_root = jax.device_put(np.asarray(weights, np.float32), self._root)
 
-  def weighted_mean(self, tree):
+  def weighted_mean(self, tree, label=''):
     """`sum_i w_i tree_i`, returned to every worker (blocking only when the result is read)."""
+    del label  # Named collectives matter for MPI's timeout messages only.
     gathered = jax.device_put(tree, self._root)
     return jax.device_put(self._mean(gathered, self._weights_root), self._sharding)
+
+  def start(self, tree, label=''):
+    """Starts `weighted_mean(tree)`; emulated, it is only dispatched (JAX runs it asynchronously)."""
+    return Done(self.weighted_mean(tree, label), label)
+
+  def wait(self, handle):
+    return handle.value
 
   def shard(self, per_worker):
     """Stacks a list of per-worker arrays (same shape) onto the workers' devices."""

@@ -6,9 +6,11 @@ is allowed; `main.py` prints it and exits with status 2 (no traceback for user e
 
 from cocod_jax import input_pipeline
 from cocod_jax import models
+from cocod_jax import mpi_comm
 
 ALGORITHMS = ('ssgd', 'pipe_sgd', 'local_sgd', 'cocod_sgd')
-BACKENDS = ('emulated',)
+BACKENDS = ('emulated', 'mpi')
+STAGINGS = mpi_comm.STAGINGS
 LR_SCALINGS = ('linear', 'none')
 
 
@@ -26,6 +28,8 @@ def validate(config) -> None:
   a, o = config.algorithm, config.optimizer
   _check(a.name in ALGORITHMS, 'algorithm.name', a.name, list(ALGORITHMS))
   _check(config.backend in BACKENDS, 'backend', config.backend, list(BACKENDS))
+  _check(config.comm.staging in STAGINGS, 'comm.staging', config.comm.staging, list(STAGINGS))
+  _check(config.comm.timeout_s > 0, 'comm.timeout_s', config.comm.timeout_s, 'a number > 0')
   _check(config.model.name in models.MODELS, 'model.name', config.model.name, sorted(models.MODELS))
   _check(
     config.dataset.name in input_pipeline.DATASETS,
@@ -81,6 +85,16 @@ def validate(config) -> None:
       f'empty or one entry per worker (num_workers={config.num_workers})',
     )
     _check(all(s > 0 for s in speeds), 'worker_speeds', tuple(speeds), 'entries > 0')
+
+
+def check_world(config, world_size: int) -> None:
+  """Under MPI the world size is the number of workers: a `num_workers` that disagrees is refused."""
+  if world_size != config.num_workers:
+    raise ConfigError(
+      f'num_workers={config.num_workers!r} is invalid for this job of {world_size} MPI ranks; '
+      f'allowed: {world_size} (launch with `mpirun -np {config.num_workers}` or set '
+      f'--config.num_workers={world_size})'
+    )
 
 
 def check_data(config, dataset) -> None:

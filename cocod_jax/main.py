@@ -2,7 +2,8 @@
 
 Overrides go after the config, e.g. `--config.algorithm.name=local_sgd`; the config is locked,
 so a misspelt field fails. Invalid values are refused before any output with one line on stderr
-and exit status 2.
+and exit status 2. With `--config.backend=mpi` run one process per worker under `mpirun` or
+`srun` (see launch/); an error on any rank then ends the job on every rank.
 """
 
 import os
@@ -18,13 +19,20 @@ flags.DEFINE_string('workdir', None, 'Directory for results.json, final_params.n
 config_flags.DEFINE_config_file('config', None, 'Training configuration file.', lock_config=True)
 flags.mark_flags_as_required(['config', 'workdir'])
 
+_RANK = ''  # 'rank r: ' under MPI, so that every line says which process refused.
+
 
 def _fail(message):
-  print(f'error: {message}', file=sys.stderr)
+  print(f'error: {_RANK}{message}', file=sys.stderr, flush=True)
   sys.exit(2)
 
 
+def _add_xla_flag(flag):
+  os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' ' + flag).strip()
+
+
 def main(argv):
+  global _RANK
   if len(argv) > 1:
     _fail(f'unexpected arguments {argv[1:]}')
   config = FLAGS.config
@@ -35,12 +43,23 @@ def main(argv):
     config_validation.validate(config)
   except config_validation.ConfigError as e:
     _fail(str(e))
-  # One XLA CPU device per emulated worker; must be set before JAX starts its backends.
-  flag = f'--xla_force_host_platform_device_count={config.num_workers}'
-  os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' ' + flag).strip()
+  if config.backend == 'mpi':
+    from cocod_jax import mpi_comm  # pylint: disable=g-import-not-at-top
+
+    rank, size = mpi_comm.world()
+    _RANK = f'rank {rank}: '
+    try:
+      config_validation.check_world(config, size)
+    except config_validation.ConfigError as e:
+      _fail(str(e))
+    # A second CPU device for the host-staged allreduce; on a GPU the CPU device is separate.
+    _add_xla_flag('--xla_force_host_platform_device_count=2')
+  else:
+    # One XLA CPU device per emulated worker; must be set before JAX starts its backends.
+    _add_xla_flag(f'--xla_force_host_platform_device_count={config.num_workers}')
   import jax  # pylint: disable=g-import-not-at-top
 
-  if len(jax.devices('cpu')) < config.num_workers:
+  if config.backend == 'emulated' and len(jax.devices('cpu')) < config.num_workers:
     _fail(f'num_workers={config.num_workers} but only {len(jax.devices("cpu"))} CPU devices exist')
   try:
     dataset = config_validation.load_checked_dataset(config)
@@ -48,7 +67,18 @@ def main(argv):
     _fail(str(e))
   from cocod_jax import train  # pylint: disable=g-import-not-at-top
 
-  train.train_and_evaluate(config, FLAGS.workdir, dataset)
+  if config.backend == 'emulated':
+    train.train_and_evaluate(config, FLAGS.workdir, dataset)
+    return
+  from cocod_jax import mpi_comm  # pylint: disable=g-import-not-at-top
+
+  def run():
+    try:
+      train.train_and_evaluate(config, FLAGS.workdir, dataset)
+    except mpi_comm.PreflightError as e:  # Raised on every rank alike: no abort needed.
+      _fail(str(e))
+
+  mpi_comm.abort_on_error(run)
 
 
 if __name__ == '__main__':

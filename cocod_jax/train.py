@@ -24,6 +24,7 @@ from cocod_jax import comm as comm_lib
 from cocod_jax import correction
 from cocod_jax import input_pipeline
 from cocod_jax import models
+from cocod_jax import timeline as timeline_lib
 
 PyTree = Any
 EVAL_BATCH = 1000
@@ -222,12 +223,19 @@ def _write_json_atomic(path, obj):
   os.replace(tmp, path)
 
 
-class _Runtime:
-  """Emulated cluster: every per-worker function is `pmap`ped over the workers' CPU devices."""
+class _EmulatedRuntime:
+  """Emulated cluster: every per-worker function is `pmap`ped over N CPU devices of one process."""
 
-  def __init__(self, fns: StepFns, devices, weights):
+  backend = 'emulated'
+  rank = 0
+  is_chief = True
+
+  def __init__(self, fns: StepFns, config, weights):
+    devices = jax.devices('cpu')[: config.num_workers]
+    self.n = config.num_workers
+    self.weights = weights
     self.comm = comm_lib.EmulatedCommunicator(devices, weights)
-    pm = lambda f, **kw: jax.pmap(f, axis_name=comm_lib.AXIS, devices=devices, **kw)
+    pm = lambda f: jax.pmap(f, axis_name=comm_lib.AXIS, devices=devices)
     self.compute_grads = pm(fns.compute_grads)
     self.apply_update = pm(fns.apply_update)
     self.local_step = pm(fns.local_step)
@@ -236,13 +244,113 @@ class _Runtime:
     self.snapshot = pm(tx.init)
     self.correct = pm(tx.update)
 
+  def put_data(self, per_worker, length):
+    """Every worker's shard, zero-padded to `length`, stacked along the worker axis."""
+    return self.comm.shard(comm_lib.stack_padded(per_worker, length))
+
+  def put_mask(self, masks):
+    return self.comm.shard([m.astype(np.float32) for m in masks])
+
+  def init_state(self, make):
+    return jax.tree.map(lambda *a: self.comm.shard(a), *[make(i) for i in range(self.n)])
+
+  def select(self, batch):
+    return batch  # [N, M]: every worker's indices.
+
+  def train_loss(self, losses):
+    per_worker = np.asarray(jnp.stack(losses))  # [steps, N]
+    return float(np.mean(per_worker @ np.asarray(self.weights)))
+
+  def preflight(self, config, state):
+    pass  # One process: one config, one state.
+
+  def barrier(self):
+    pass
+
+  def gather(self, obj):
+    return [obj]
+
+
+class _MPIRuntime:
+  """One worker per process (`mpirun`/`srun`): the same step functions, `jit`ted for this rank."""
+
+  backend = 'mpi'
+
+  def __init__(self, fns: StepFns, config, weights):
+    from cocod_jax import mpi_comm  # pylint: disable=g-import-not-at-top
+
+    self._mpi_comm = mpi_comm
+    self.comm = mpi_comm.MPICommunicator(
+      weights,
+      threaded=config.comm.threaded,
+      staging=config.comm.staging,
+      timeout_s=config.comm.timeout_s,
+    )
+    if self.comm.size != config.num_workers:
+      raise ValueError(f'num_workers={config.num_workers} but {self.comm.size} MPI ranks')
+    self.rank = self.comm.rank
+    self.is_chief = self.rank == 0
+    self.weights = weights
+    self.device = self.comm.compute_device
+    # The state is donated to the step that replaces it (no second copy of the model in memory);
+    # the communicator snapshots into buffers of its own, so an allreduce in flight is unaffected.
+    self.compute_grads = jax.jit(fns.compute_grads)
+    self.apply_update = jax.jit(fns.apply_update, donate_argnums=0)
+    self.local_step = jax.jit(fns.local_step, donate_argnums=0)
+    self.skip_step = jax.jit(fns.skip_step, donate_argnums=0)
+    tx = correction.decoupled_correction()
+    self.snapshot = jax.jit(tx.init)
+    self.correct = jax.jit(tx.update)
+
+  def put_data(self, per_worker, length):
+    del length  # One shard per process: no padding needed.
+    return jax.device_put(per_worker[self.rank], self.device)
+
+  def put_mask(self, masks):
+    return jax.device_put(masks[self.rank].astype(np.float32), self.device)
+
+  def init_state(self, make):
+    return jax.device_put(make(self.rank), self.device)
+
+  def select(self, batch):
+    return batch[self.rank]
+
+  def train_loss(self, losses):
+    own = float(np.mean(np.asarray(jnp.stack(losses))))
+    return self.comm.sum_scalar(own * self.weights[self.rank])
+
+  def preflight(self, config, state):
+    self.comm.preflight(self._mpi_comm.config_hash(config), state)
+
+  def barrier(self):
+    self.comm.barrier()
+
+  def gather(self, obj):
+    return self.comm.gather(obj)
+
+
+def _combine_timing(per_rank):
+  """The ranks' timing figures: means, and the hidden fraction of all their communication."""
+  out = {'ranks': per_rank}
+  for k in ('Tp_s', 'Tc_s', 'step_time_s', 'round_time_s', 'exposed_comm_s', 'comm_s'):
+    vals = [p[k] for p in per_rank if p[k] is not None]
+    out[k] = float(np.mean(vals)) if vals else None
+  out['r'] = out['Tc_s'] / out['Tp_s'] if out['Tp_s'] else None
+  comm_s = sum(p['comm_s'] for p in per_rank)
+  exposed = sum(p['exposed_comm_s'] for p in per_rank)
+  out['hidden_fraction'] = max(0.0, 1.0 - exposed / comm_s) if comm_s > 0 else None
+  for k in ('from_epoch', 'steps'):
+    out[k] = per_rank[0][k]
+  return out
+
 
 def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | None = None):
-  """Trains with `config.algorithm.name` on the emulated cluster and writes the results.
+  """Trains with `config.algorithm.name` on `config.backend` and writes the results.
 
   Args:
     config: a validated ConfigDict (see `config_validation.validate`).
-    workdir: where results.json, final_params.npz and TensorBoard summaries go.
+    workdir: where results.json, final_params.npz and TensorBoard summaries go (written by rank 0
+      under MPI), and timeline_rank<r>.json (every rank, MPI only).
     dataset: the loaded dataset (loaded from `config.dataset` when None).
 
   Returns:
@@ -264,30 +372,30 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
   model = models.get_model(config.model.name, dataset.num_classes)
   fns = make_step_fns(model, config, sizes, steps_per_epoch, dataset.normalize, augment_on)
 
-  devices = jax.devices('cpu')[:n]
-  rt = _Runtime(fns, devices, weights)
+  runtime = _MPIRuntime if config.backend == 'mpi' else _EmulatedRuntime
+  rt = runtime(fns, config, weights)
   comm = rt.comm
+  tl = timeline_lib.Timeline(enabled=rt.backend == 'mpi', rank=rt.rank)
   m_max = max(sizes)
   s_max = max(len(s) for s in shards)
-  x_data = comm.shard(comm_lib.stack_padded([dataset.x_train[s] for s in shards], s_max))
-  y_data = comm.shard(comm_lib.stack_padded([dataset.y_train[s] for s in shards], s_max))
-  mask = comm.shard([np.arange(m_max) < m for m in sizes])
-  mask = jax.tree.map(lambda a: a.astype(jnp.float32), mask)
+  x_data = rt.put_data([dataset.x_train[s] for s in shards], s_max)
+  y_data = rt.put_data([dataset.y_train[s] for s in shards], s_max)
+  mask = rt.put_mask([np.arange(m_max) < m for m in sizes])
   key = jax.random.PRNGKey(config.seed)
-  state = jax.tree.map(
-    lambda *a: comm.shard(a),
-    *[create_train_state(model, key, dataset.x_train.shape[1:], i) for i in range(n)],
-  )
+  state = rt.init_state(lambda i: create_train_state(model, key, dataset.x_train.shape[1:], i))
+  rt.preflight(config, state)
   eval_fn = jax.jit(fns.eval_step)
   rng = np.random.RandomState(config.seed + 1)
 
   os.makedirs(workdir, exist_ok=True)
-  from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+  writer = None
+  if rt.is_chief:
+    from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
 
-  writer = SummaryWriter(workdir)
+    writer = SummaryWriter(workdir)
 
   def epoch_batches():
-    """[steps, N, M_max] indices into each worker's shard for one epoch."""
+    """[steps, N, M_max] indices into each worker's shard for one epoch (every rank draws all)."""
     out = np.zeros((steps_per_epoch, n, m_max), np.int32)
     for i, (s, m) in enumerate(zip(shards, sizes)):
       order = rng.permutation(len(s)) if config.dataset.shuffle else np.arange(len(s))
@@ -296,7 +404,10 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
 
   def evaluate(st):
     """Test loss and accuracy of the weighted average xhat (not counted as training time)."""
-    xhat = comm.first(comm.weighted_mean({'params': st.params, 'batch_stats': st.batch_stats}))
+    whole = {'params': st.params, 'batch_stats': st.batch_stats}
+    xhat = comm.first(comm.weighted_mean(whole, 'the evaluation average'))
+    if not rt.is_chief:
+      return None, None
     variables = dict(xhat) if jax.tree.leaves(xhat['batch_stats']) else {'params': xhat['params']}
     tot_loss, tot_correct, count = 0.0, 0.0, len(dataset.x_test)
     for b in range(0, count, EVAL_BATCH):
@@ -313,12 +424,25 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
       tot_correct += float(batch_correct)
     return tot_loss / count, tot_correct / count
 
+  epoch = 0
+
+  def finish(handle):
+    """Waits for a collective: a `wait` span (communication exposed to training)."""
+    with tl.span('wait', 'wait', epoch=epoch, label=handle.label):
+      value = tl.ready(comm.wait(handle))
+    if handle.span is not None:
+      tl.add('allreduce', 'allreduce', *handle.span, thread=timeline_lib.COMM, epoch=epoch)
+    return value
+
   name = config.algorithm.name
-  pending = None  # Pipe-SGD: the average in flight. CoCoD: (averaged snapshot, correction state).
-  round_end = 0
+  pending = None  # Pipe-SGD: the gradient average in flight. CoCoD: (snapshot average, snapshot).
+  round_end, round_begin, round_len, round_start, round_epoch = 0, 0, 0, 0.0, 0
   records = []
   train_time = 0.0
-  logging.info('%s: %d workers, batch sizes %s, %d steps/epoch', name, n, sizes, steps_per_epoch)
+  measured_from = 2 if config.num_epochs >= 2 else 1  # Epoch 1 compiles every function.
+  measured_time = 0.0
+  if rt.is_chief:
+    logging.info('%s: %d workers, batch sizes %s, %d steps/epoch', name, n, sizes, steps_per_epoch)
   try:
     for epoch in range(1, config.num_epochs + 1):
       batches = epoch_batches()
@@ -326,43 +450,78 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
       t0 = time.perf_counter()
       for s in range(steps_per_epoch):
         t = (epoch - 1) * steps_per_epoch + s
-        idx = batches[s]
+        idx = rt.select(batches[s])
+        if name in ('local_sgd', 'cocod_sgd') and t == round_end:
+          round_len = period_at(config, t, steps_per_epoch)
+          round_end = min(t + round_len, total_steps)
+          round_begin, round_start, round_epoch = t, time.perf_counter(), epoch
         if name == 'ssgd':
-          grads, new_bs, loss = rt.compute_grads(state, x_data, y_data, idx, mask)
-          payload = comm.weighted_mean(gradient_payload(grads, new_bs, config))
-          state = rt.apply_update(state, payload['g'], payload.get('bs', new_bs))
+          with tl.span('grads', 'step', epoch=epoch):
+            grads, new_bs, loss = tl.ready(rt.compute_grads(state, x_data, y_data, idx, mask))
+          payload = gradient_payload(grads, new_bs, config)
+          payload = finish(comm.start(payload, f'the gradients of step {t}'))
+          with tl.span('update', 'step', epoch=epoch):
+            state = tl.ready(rt.apply_update(state, payload['g'], payload.get('bs', new_bs)))
         elif name == 'pipe_sgd':
-          grads, new_bs, loss = rt.compute_grads(state, x_data, y_data, idx, mask)
-          if pending is None:
-            state = rt.skip_step(state)
-          else:
-            state = rt.apply_update(state, pending['g'], pending.get('bs', new_bs))
-          pending = comm.weighted_mean(gradient_payload(grads, new_bs, config))
+          with tl.span('grads', 'step', epoch=epoch):
+            grads, new_bs, loss = tl.ready(rt.compute_grads(state, x_data, y_data, idx, mask))
+          averaged = None if pending is None else finish(pending)  # gbar_{t-1}
+          with tl.span('update', 'step', epoch=epoch):
+            if averaged is None:
+              state = rt.skip_step(state)  # Step 0 only fills the pipeline.
+            else:
+              state = rt.apply_update(state, averaged['g'], averaged.get('bs', new_bs))
+            # g_t's allreduce runs while x_{t+1} is applied and g_{t+1} computed.
+            payload = gradient_payload(grads, new_bs, config)
+            pending = comm.start(payload, f'the gradients of step {t}')
+            state = tl.ready(state)
         elif name == 'local_sgd':
-          if t == round_end:
-            round_end = t + period_at(config, t, steps_per_epoch)
-          state, loss = rt.local_step(state, x_data, y_data, idx, mask)
-          if t + 1 == round_end or t + 1 == total_steps:
-            state = with_synced(state, comm.weighted_mean(synced_part(state, config)))
+          with tl.span('step', 'step', epoch=epoch):
+            state, loss = tl.ready(rt.local_step(state, x_data, y_data, idx, mask))
+          if t + 1 == round_end:
+            part = synced_part(state, config)
+            state = with_synced(
+              state, finish(comm.start(part, f'the round of steps {round_begin}-{round_end - 1}'))
+            )
         elif name == 'cocod_sgd':
-          if t == round_end:
-            round_end = t + period_at(config, t, steps_per_epoch)
-            snap = rt.snapshot(synced_part(state, config))  # Step I: snapshot + allreduce.
-            pending = (comm.weighted_mean(snap.snapshot), snap)
-          state, loss = rt.local_step(state, x_data, y_data, idx, mask)  # Step II.
-          if t + 1 == round_end or t + 1 == total_steps:
-            averaged, snap = pending
-            corrected, _ = rt.correct(synced_part(state, config), averaged, snap)
-            state = with_synced(state, corrected)
+          if pending is None:  # Step I: snapshot, and its allreduce in the background.
+            with tl.span('snapshot', 'merge', epoch=epoch):
+              snap = tl.ready(rt.snapshot(synced_part(state, config)))
+            pending = (
+              comm.start(snap.snapshot, f'the round of steps {round_begin}-{round_end - 1}'),
+              snap,
+            )
+          with tl.span('step', 'step', epoch=epoch):  # Step II: the local steps.
+            state, loss = tl.ready(rt.local_step(state, x_data, y_data, idx, mask))
+          if t + 1 == round_end:
+            handle, snap = pending
+            averaged = finish(handle)
+            with tl.span('correct', 'merge', epoch=epoch):
+              corrected, _ = rt.correct(synced_part(state, config), averaged, snap)
+              state = tl.ready(with_synced(state, corrected))
             pending = None
         else:
           raise ValueError(f'algorithm.name={name!r} is unknown')
+        if name in ('local_sgd', 'cocod_sgd') and t + 1 == round_end:
+          full = round_epoch == epoch and t + 1 - round_begin == round_len
+          tl.add('round', 'round', round_start, time.perf_counter(), epoch=epoch, full=full)
         losses.append(loss)
+      # A collective still in flight is waited for now, as training time, so that the
+      # evaluation average below never runs beside it; its result is used as usual.
+      if name == 'pipe_sgd' and pending is not None:
+        pending = comm_lib.Done(finish(pending), pending.label)
+      elif name == 'cocod_sgd' and pending is not None:
+        pending = (comm_lib.Done(finish(pending[0]), pending[0].label), pending[1])
       jax.block_until_ready(state)
-      train_time += time.perf_counter() - t0
-      per_worker = np.asarray(jnp.stack(losses))  # [steps, N]
-      train_loss = float(np.mean(per_worker @ np.asarray(weights)))
+      epoch_time = time.perf_counter() - t0
+      train_time += epoch_time
+      if epoch >= measured_from:
+        measured_time += epoch_time
+      train_loss = rt.train_loss(losses)
       test_loss, test_acc = evaluate(state)
+      rt.barrier()  # The evaluation is not training time: all ranks resume together.
+      if not rt.is_chief:
+        continue
       rec = {
         'epoch': epoch,
         'train_loss': train_loss,
@@ -379,37 +538,61 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
         flush=True,
       )
 
-    # One last blocking average: every worker holds xhat, the model saved and reported.
+    # Pipe-SGD: the average still in flight after the last step is dropped (but waited for).
     t0 = time.perf_counter()
+    if pending is not None:
+      comm.wait(pending[0] if name == 'cocod_sgd' else pending)
+      pending = None
+    # One last blocking average: every worker holds xhat, the model saved and reported.
     whole = {'params': state.params, 'batch_stats': state.batch_stats}
-    state = with_synced(state, comm.weighted_mean(whole))
+    state = with_synced(state, comm.weighted_mean(whole, 'the final average'))
     jax.block_until_ready(state)
     train_time += time.perf_counter() - t0
     test_loss, test_acc = evaluate(state)
-    final = {
-      'epoch': config.num_epochs,
-      'train_loss': records[-1]['train_loss'],
-      'test_loss': test_loss,
-      'test_accuracy': test_acc,
-      'train_time_s': train_time,
-    }
-    print(
-      f'final (averaged model)  test_loss {test_loss:.4f}  test_acc {test_acc:.4f}  '
-      f'train_time {train_time:.1f}s',
-      flush=True,
-    )
+    timing = None
+    if tl.enabled:
+      tl.write_chrome_trace(os.path.join(workdir, f'timeline_rank{rt.rank}.json'))
+      steps = steps_per_epoch * (config.num_epochs - measured_from + 1)
+      timing = rt.gather(tl.summary(measured_from, steps, measured_time))
   finally:
-    writer.close()
+    if writer is not None:
+      writer.close()
     comm.close()
 
+  if not rt.is_chief:
+    return None
+  final = {
+    'epoch': config.num_epochs,
+    'train_loss': records[-1]['train_loss'],
+    'test_loss': test_loss,
+    'test_accuracy': test_acc,
+    'train_time_s': train_time,
+  }
+  print(
+    f'final (averaged model)  test_loss {test_loss:.4f}  test_acc {test_acc:.4f}  '
+    f'train_time {train_time:.1f}s',
+    flush=True,
+  )
   results = {
     'config': config.to_dict(),
+    'backend': rt.backend,
     'batch_sizes': sizes,
     'weights': weights,
     'steps_per_epoch': steps_per_epoch,
     'epochs': records,
     'final': final,
   }
+  if timing is not None:
+    results['timing'] = _combine_timing(timing)
+    tm = results['timing']
+    hidden = tm['hidden_fraction']
+    print(
+      f'timing (epochs {measured_from}-{config.num_epochs}, mean of {n} ranks): '
+      f'Tp {tm["Tp_s"] * 1e3:.1f} ms, Tc {tm["Tc_s"] * 1e3:.1f} ms (r = {tm["r"]:.2f}), '
+      f'{tm["step_time_s"] * 1e3:.1f} ms per step, communication hidden '
+      + ('n/a' if hidden is None else f'{hidden:.0%}'),
+      flush=True,
+    )
   flat = _flatten(comm.first({'params': state.params, 'batch_stats': state.batch_stats}))
   tmp = os.path.join(workdir, 'final_params.tmp.npz')
   np.savez(tmp, **flat)

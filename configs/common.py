@@ -12,7 +12,11 @@ def base_config() -> ml_collections.ConfigDict:
   c.algorithm.warmup_period_epochs = 10
   c.algorithm.average_batch_stats = True
   c.algorithm.average_momentum = False
-  c.backend = 'emulated'
+  c.backend = 'emulated'  # 'mpi': one process per worker under mpirun/srun.
+  c.comm = ml_collections.ConfigDict()  # The MPI communicator (backend='mpi' only).
+  c.comm.threaded = True  # Collectives on a background thread (False: synchronous, for tests).
+  c.comm.staging = 'host'  # Where the allreduce runs: 'host', 'device' or 'numpy'.
+  c.comm.timeout_s = 600.0  # A collective slower than this ends the job on every rank.
   c.num_workers = 16
   c.model = ml_collections.ConfigDict()
   c.model.name = 'resnet18'

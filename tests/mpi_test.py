@@ -1,0 +1,193 @@
+"""The MPI runtime under `mpirun` (subprocesses with timeouts): the same numbers as the emulated
+cluster, the threaded communicator equal to its synchronous mode, and every failure ending the
+job on every rank instead of hanging.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from cocod_jax import train
+from tests import train_test
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ALGOS = train_test.ALGOS
+MPIRUN = os.path.join(ROOT, 'launch', 'mpirun.sh')
+
+
+def _mpirun(np_, args, timeout=240, script=('-m', 'cocod_jax.main')):
+  env = dict(os.environ)
+  env.pop('XLA_FLAGS', None)
+  cmd = [MPIRUN, '-np', str(np_), sys.executable, *script, *args]
+  start = time.perf_counter()
+  p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+  p.elapsed = time.perf_counter() - start
+  return p
+
+
+def _overrides(c):
+  """`--config.x=y` for every field of the test config that the test changed."""
+  flat = {
+    'dataset.name': c.dataset.name,
+    'dataset.path': c.dataset.path,
+    'dataset.shuffle': c.dataset.shuffle,
+    'algorithm.name': c.algorithm.name,
+    'algorithm.period': c.algorithm.period,
+    'num_workers': c.num_workers,
+    'batch_size': c.batch_size,
+    'num_epochs': c.num_epochs,
+    'optimizer.learning_rate': c.optimizer.learning_rate,
+    'optimizer.lr_scaling': c.optimizer.lr_scaling,
+    'optimizer.decay_epochs': f'({c.optimizer.decay_epochs[0]},)',
+    'model.name': c.model.name,
+  }
+  return [f'--config.{k}={v}' for k, v in flat.items()]
+
+
+def _params(workdir):
+  with np.load(os.path.join(workdir, 'final_params.npz')) as f:
+    return {k: f[k] for k in f.files}
+
+
+def _run_mpi(c, workdir, *extra, np_=None):
+  args = ['--config=configs/test.py', f'--workdir={workdir}', '--config.backend=mpi']
+  p = _mpirun(np_ or c.num_workers, args + _overrides(c) + list(extra))
+  assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+  return p
+
+
+def _linear_config(tmp_path, algorithm, workers):
+  # Whole-shard batches (10 examples per worker) in file order: deterministic to the bit.
+  path, _, _ = train_test._tiny_npz(tmp_path, n_train=10 * workers)
+  return train_test._config(path, algorithm, workers=workers, batch=10, epochs=5, period=2)
+
+
+@pytest.mark.parametrize('algorithm', ALGOS)
+def test_mpi_equals_emulated_linear(tmp_path, algorithm):
+  c = _linear_config(tmp_path, algorithm, workers=2)
+  train.train_and_evaluate(c, str(tmp_path / 'emu'))
+  _run_mpi(c, tmp_path / 'mpi')
+  emu, mpi = _params(tmp_path / 'emu'), _params(tmp_path / 'mpi')
+  assert emu.keys() == mpi.keys()
+  for k in emu:
+    np.testing.assert_allclose(mpi[k], emu[k], rtol=1e-6, atol=1e-7, err_msg=k)
+
+
+def test_mpi_equals_emulated_linear_four_ranks(tmp_path):
+  c = _linear_config(tmp_path, 'cocod_sgd', workers=4)
+  train.train_and_evaluate(c, str(tmp_path / 'emu'))
+  _run_mpi(c, tmp_path / 'mpi')
+  emu, mpi = _params(tmp_path / 'emu'), _params(tmp_path / 'mpi')
+  for k in emu:  # Four summands may be added in another order: float32 rounding only.
+    np.testing.assert_allclose(mpi[k], emu[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+@pytest.mark.parametrize('algorithm', ALGOS)
+def test_mpi_close_to_emulated_cnn(tmp_path, algorithm):
+  c = train_test.test_config.get_config()
+  c.algorithm.name = algorithm
+  c.model.name = 'cnn'
+  c.batch_size = 25
+  c.num_epochs = 1
+  c.optimizer.learning_rate = 0.05
+  train.train_and_evaluate(c, str(tmp_path / 'emu'))
+  _run_mpi(c, tmp_path / 'mpi')
+  emu, mpi = _params(tmp_path / 'emu'), _params(tmp_path / 'mpi')
+  assert any(k.startswith('batch_stats/') for k in emu)
+  for k in emu:
+    np.testing.assert_allclose(mpi[k], emu[k], rtol=1e-4, atol=1e-5, err_msg=k)
+
+
+@pytest.mark.parametrize('staging', ['host', 'device', 'numpy'])
+def test_threaded_equals_synchronous(tmp_path, staging):
+  c = _linear_config(tmp_path, 'cocod_sgd', workers=2)
+  c.dataset.shuffle = True
+  c.batch_size = 4
+  _run_mpi(c, tmp_path / 'sync', '--config.comm.threaded=False')
+  p = _run_mpi(c, tmp_path / 'thread', f'--config.comm.staging={staging}')
+  sync, thread = _params(tmp_path / 'sync'), _params(tmp_path / 'thread')
+  for k in sync:
+    np.testing.assert_array_equal(thread[k], sync[k], err_msg=k)
+  assert 'communication hidden' in p.stdout
+
+
+def test_timeline_and_timing(tmp_path):
+  c = _linear_config(tmp_path, 'cocod_sgd', workers=2)
+  c.batch_size = 2
+  _run_mpi(c, tmp_path / 'run')
+  res = json.loads((tmp_path / 'run' / 'results.json').read_text())
+  assert res['backend'] == 'mpi'
+  tm = res['timing']
+  assert len(tm['ranks']) == 2 and tm['from_epoch'] == 2 and tm['steps'] == 4 * 5
+  assert tm['Tp_s'] > 0 and tm['Tc_s'] > 0 and 0 <= tm['hidden_fraction'] <= 1
+  # 20 measured steps in rounds of 2: 10 snapshot averages per rank.
+  assert all(r['collectives'] == 10 for r in tm['ranks'])
+  for rank in (0, 1):
+    trace = json.loads((tmp_path / 'run' / f'timeline_rank{rank}.json').read_text())
+    names = {(e['name'], e.get('tid')) for e in trace['traceEvents'] if e['ph'] == 'X'}
+    assert {('step', 0), ('snapshot', 0), ('correct', 0), ('wait', 0), ('allreduce', 1)} <= names
+
+
+def test_world_size_must_match_num_workers(tmp_path):
+  p = _mpirun(2, ['--config=configs/test.py', f'--workdir={tmp_path}', '--config.backend=mpi',
+                  '--config.num_workers=3'])  # fmt: skip
+  assert p.returncode != 0
+  assert p.stderr.count('num_workers=3') == 2, p.stderr  # Refused on both ranks.
+  assert not os.listdir(tmp_path)
+
+
+def test_config_mismatch_refused_on_every_rank(tmp_path):
+  base = [sys.executable, '-m', 'cocod_jax.main', '--config=configs/test.py',
+          f'--workdir={tmp_path}', '--config.backend=mpi']  # fmt: skip
+  env = dict(os.environ)
+  env.pop('XLA_FLAGS', None)
+  cmd = [MPIRUN, '-np', '1', *base, '--config.seed=0', ':', '-np', '1', *base, '--config.seed=1']
+  p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+  assert p.returncode != 0
+  for rank in (0, 1):
+    assert f'error: rank {rank}: the ranks were given different configs' in p.stderr, p.stderr
+  assert 'rank 0 has config hash' in p.stderr and 'rank 1 has' in p.stderr
+  assert not os.path.exists(tmp_path / 'results.json')
+
+
+def _fault(tmp_path, fault, *extra, timeout=120):
+  args = [f'--fault={fault}', '--config=configs/test.py', f'--workdir={tmp_path}',
+          '--config.backend=mpi', '--config.num_epochs=3', *extra]  # fmt: skip
+  return _mpirun(2, args, timeout=timeout, script=('tests/mpi_faults.py',))
+
+
+def test_parameter_shape_mismatch_refused_on_every_rank(tmp_path):
+  p = _fault(tmp_path, 'shape')
+  assert p.returncode != 0
+  for rank in (0, 1):
+    assert f'error: rank {rank}: the ranks built different parameters' in p.stderr, p.stderr
+  assert '(64, 10)' in p.stderr and '(64, 11)' in p.stderr  # Both values are shown.
+
+
+def test_failure_in_thread_ends_the_job(tmp_path):
+  p = _fault(tmp_path, 'raise_in_thread')
+  assert p.returncode != 0
+  assert 'error: rank 0: the allreduce of' in p.stderr, p.stderr
+  assert 'injected failure in the allreduce thread' in p.stderr
+  assert p.elapsed < 60
+  assert not os.path.exists(tmp_path / 'results.json')
+
+
+def test_stalled_collective_times_out(tmp_path):
+  p = _fault(tmp_path, 'stall', '--config.comm.timeout_s=3')
+  assert p.returncode != 0
+  assert 'has not finished after' in p.stderr and 'comm.timeout_s=3' in p.stderr, p.stderr
+  assert 'the round of steps' in p.stderr or 'the gradients of step' in p.stderr
+  assert p.elapsed < 60
+
+
+def test_killed_rank_ends_the_job(tmp_path):
+  p = _fault(tmp_path, 'kill_rank', '--config.comm.timeout_s=20')
+  assert p.returncode != 0
+  assert p.elapsed < 60
+  assert not os.path.exists(tmp_path / 'results.json')
