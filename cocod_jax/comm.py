@@ -58,7 +58,7 @@ class EmulatedCommunicator:
     return jax.device_put(self._mean(gathered, self._weights_root), self._sharding)
 
   def start(self, tree, label=''):
-    """Starts `weighted_mean(tree)`; emulated, it is only dispatched (JAX runs it asynchronously)."""
+    """Starts `weighted_mean(tree)`; here it is only dispatched (JAX runs it asynchronously)."""
     return Done(self.weighted_mean(tree, label), label)
 
   def wait(self, handle):

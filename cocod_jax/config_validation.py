@@ -88,7 +88,7 @@ def validate(config) -> None:
 
 
 def check_world(config, world_size: int) -> None:
-  """Under MPI the world size is the number of workers: a `num_workers` that disagrees is refused."""
+  """Under MPI the world size is the number of workers: refuses a `num_workers` that differs."""
   if world_size != config.num_workers:
     raise ConfigError(
       f'num_workers={config.num_workers!r} is invalid for this job of {world_size} MPI ranks; '

@@ -1,4 +1,4 @@
-"""The MPI communicator: one process per worker, weighted averages by mpi4jax on a background thread.
+"""The MPI communicator: one process per worker, weighted averages by mpi4jax in a thread.
 
 `MPICommunicator.start(tree)` scales this worker's copy by `w_i`, flattens it into one float32
 vector (a fresh buffer: later steps, even ones that donate their inputs, cannot overwrite it) and

@@ -455,6 +455,7 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
           round_len = period_at(config, t, steps_per_epoch)
           round_end = min(t + round_len, total_steps)
           round_begin, round_start, round_epoch = t, time.perf_counter(), epoch
+          round_label = f'the round of steps {round_begin}-{round_end - 1}'
         if name == 'ssgd':
           with tl.span('grads', 'step', epoch=epoch):
             grads, new_bs, loss = tl.ready(rt.compute_grads(state, x_data, y_data, idx, mask))
@@ -480,17 +481,12 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
             state, loss = tl.ready(rt.local_step(state, x_data, y_data, idx, mask))
           if t + 1 == round_end:
             part = synced_part(state, config)
-            state = with_synced(
-              state, finish(comm.start(part, f'the round of steps {round_begin}-{round_end - 1}'))
-            )
+            state = with_synced(state, finish(comm.start(part, round_label)))
         elif name == 'cocod_sgd':
           if pending is None:  # Step I: snapshot, and its allreduce in the background.
             with tl.span('snapshot', 'merge', epoch=epoch):
               snap = tl.ready(rt.snapshot(synced_part(state, config)))
-            pending = (
-              comm.start(snap.snapshot, f'the round of steps {round_begin}-{round_end - 1}'),
-              snap,
-            )
+            pending = (comm.start(snap.snapshot, round_label), snap)
           with tl.span('step', 'step', epoch=epoch):  # Step II: the local steps.
             state, loss = tl.ready(rt.local_step(state, x_data, y_data, idx, mask))
           if t + 1 == round_end:
