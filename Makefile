@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 MPI4JAX_VERSION := 0.9.1.post2
 STAMP := $(VENV)/.installed
 
-.PHONY: quickstart test test-all lint venv clean
+.PHONY: quickstart test lint bench venv clean
 
 venv: $(STAMP)
 
@@ -24,8 +24,14 @@ $(STAMP): requirements.txt Makefile launch/find_cuda.sh
 	$(PY) -c "import jax, flax, optax, mpi4py, mpi4jax, tensorflow_datasets, sklearn" 2>/dev/null
 	touch $(STAMP)
 
+# CoCoD-SGD on 2 MPI ranks; the last line is the measured Tp, Tc and fraction of communication hidden.
 quickstart: $(STAMP)
-	$(PY) -m cocod_jax.main --config=configs/quickstart.py --workdir=runs/quickstart
+	launch/mpirun.sh -np 2 $(PY) -m cocod_jax.main --config=configs/quickstart.py \
+	  --workdir=runs/quickstart
+
+# The four algorithms on the simulated network (root only); writes runs/bench/bench.md.
+bench: $(STAMP)
+	$(PY) launch/bench.py --out=runs/bench
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests

@@ -113,6 +113,21 @@ class SmallCNN(nn.Module):
     return nn.Dense(self.num_classes)(x)
 
 
+class MLP(nn.Module):
+  """Two wide ReLU layers (2.1M parameters on 64 features): little compute per parameter, so the
+  allreduce of the model is large next to a step, as in the paper's ResNet18 runs (benchmarks)."""
+
+  num_classes: int
+  width: int = 1400
+
+  @nn.compact
+  def __call__(self, x, train=False, mask=None):
+    x = x.reshape((x.shape[0], -1))
+    x = nn.relu(nn.Dense(self.width)(x))
+    x = nn.relu(nn.Dense(self.width)(x))
+    return nn.Dense(self.num_classes)(x)
+
+
 class Linear(nn.Module):
   """Flatten and one dense layer, kernel and bias initialised to zero (for exact-math tests)."""
 
@@ -126,7 +141,13 @@ class Linear(nn.Module):
     )(x)
 
 
-MODELS = {'resnet18': ResNet18, 'vgg16': VGG16, 'cnn': SmallCNN, 'linear': Linear}
+MODELS = {
+  'resnet18': ResNet18,
+  'vgg16': VGG16,
+  'cnn': SmallCNN,
+  'mlp': MLP,
+  'linear': Linear,
+}
 
 
 def get_model(name: str, num_classes: int) -> nn.Module:

@@ -1,11 +1,14 @@
-"""Quickstart: CoCoD-SGD, 4 emulated workers, the small CNN on scikit-learn's 8x8 digits.
+"""Quickstart: CoCoD-SGD on 2 MPI ranks, the small CNN on scikit-learn's 8x8 digits.
 
-    python -m cocod_jax.main --config=configs/quickstart.py --workdir=/tmp/quickstart
+    launch/mpirun.sh -np 2 python -m cocod_jax.main --config=configs/quickstart.py \
+        --workdir=runs/quickstart
 
-Needs no network (the digits ship inside scikit-learn). 1500 training and 297 test images,
-batch 16 per worker, period 1 for the first epoch then 5, 10 epochs. Expected: final test
-accuracy of the averaged model >= 0.9 (see README for the measured figure), about a minute on
-2 CPU cores.
+(`make quickstart` runs exactly this.) Needs no network: the digits ship inside scikit-learn.
+1500 training and 297 test images, batch 16 per worker, period 1 for the first epoch then 5,
+10 epochs. The snapshot allreduce runs in the background thread while the local steps run; the
+last line gives the measured Tp, Tc and the fraction of communication hidden. Without MPI:
+`--config.backend=emulated` (then any `--config.num_workers`). Expected: final test accuracy of
+the averaged model >= 0.95 (README has the measured figure), about 15 s on 2 CPU cores.
 """
 
 from configs import common
@@ -13,7 +16,8 @@ from configs import common
 
 def get_config():
   c = common.base_config()
-  c.num_workers = 4
+  c.backend = 'mpi'
+  c.num_workers = 2
   c.model.name = 'cnn'
   c.dataset.name = 'digits'
   c.dataset.augment = False

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Runs a command on a simulated slower network: a private network namespace whose loopback is
+# rate-limited with a token bucket (tc tbf), with Open MPI told to use TCP over that loopback.
+# All MPI traffic of the job then really crosses the shaped link (shared/NOTES.md).
+#
+#   launch/simnet.sh --rate 1gbit -- launch/mpirun.sh -np 2 python -m cocod_jax.main ...
+#
+# Options (before --):
+#   --rate R      link rate in tc units (500mbit, 1gbit, ...); default 1gbit
+#   --latency L   tbf latency: the longest a packet may queue in the bucket; default 100ms
+#   --burst B     bucket size in tc units; default 256kb
+# The namespace is deleted when the command ends. Needs root (network namespaces and tc); the
+# kernel here has no netem, so propagation delay cannot be added, only a rate.
+set -euo pipefail
+rate=1gbit
+latency=100ms
+burst=256kb
+while [ "$#" -gt 0 ]; do
+  case $1 in
+    --rate) rate=${2:?--rate needs a value}; shift 2 ;;
+    --latency) latency=${2:?--latency needs a value}; shift 2 ;;
+    --burst) burst=${2:?--burst needs a value}; shift 2 ;;
+    --) shift; break ;;
+    *) echo "$0: unknown option '$1' (allowed: --rate, --latency, --burst, then -- command)" >&2
+       exit 2 ;;
+  esac
+done
+if [ "$#" -eq 0 ]; then
+  echo "usage: $0 [--rate R] [--latency L] [--burst B] -- command [args...]" >&2
+  exit 2
+fi
+if [ "$(id -u)" != 0 ]; then
+  echo "$0: the simulated network needs root (a network namespace and tc); run as root, or" \
+    "run the command without it on the real network" >&2
+  exit 1
+fi
+for tool in ip tc; do
+  command -v "$tool" > /dev/null || { echo "$0: '$tool' (iproute2) is not installed" >&2; exit 1; }
+done
+ns="ccsim$$"
+ip netns add "$ns"
+trap 'ip netns delete "$ns" 2> /dev/null || true' EXIT
+ip netns exec "$ns" ip link set lo up
+if ! ip netns exec "$ns" tc qdisc add dev lo root tbf rate "$rate" burst "$burst" \
+  latency "$latency"; then
+  echo "$0: tc refused rate=$rate burst=$burst latency=$latency" >&2
+  exit 2
+fi
+echo "simnet: namespace $ns, loopback shaped to $rate (tbf burst $burst, latency $latency)" >&2
+export MPIRUN_ARGS="${MPIRUN_ARGS:-} --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo"
+export SIMNET_RATE="$rate"
+ip netns exec "$ns" "$@"
