@@ -68,6 +68,9 @@ BAD = {
   'speeds_length': (['--config.worker_speeds=(1.0,2.0,3.0)'], 'worker_speeds'),
   'speeds_sign': (['--config.worker_speeds=(1.0,0.0)'], 'worker_speeds'),
   'batch_too_big': (['--config.batch_size=800'], 'batch_size'),
+  'backend': (['--config.backend=nccl'], 'backend'),
+  'staging': (['--config.backend=mpi', '--config.comm.staging=gpu'], 'comm.staging'),
+  'timeout': (['--config.backend=mpi', '--config.comm.timeout_s=0'], 'comm.timeout_s'),
   'npz_missing': (
     ['--config.dataset.name=npz', '--config.dataset.path=/nonexistent.npz'],
     'dataset.path',

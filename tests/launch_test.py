@@ -1,0 +1,54 @@
+"""The launchers: usage errors, the simulated network refused without root, and a real job on it."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MPIRUN = os.path.join(ROOT, 'launch', 'mpirun.sh')
+SIMNET = os.path.join(ROOT, 'launch', 'simnet.sh')
+
+
+def _run(cmd, env=None, timeout=120):
+  return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize(
+  'args', [[], ['-np'], ['-np', 'two', 'true'], ['-np', '2'], ['--np', '2', 'true']]
+)
+def test_mpirun_usage_errors(args):
+  p = _run([MPIRUN, *args])
+  assert p.returncode == 2 and p.stderr.strip(), p.stderr
+
+
+@pytest.mark.parametrize('args', [[], ['--rate'], ['--speed', '1gbit', '--', 'true']])
+def test_simnet_usage_errors(args):
+  p = _run([SIMNET, *args])
+  assert p.returncode == 2 and p.stderr.strip(), p.stderr
+
+
+def test_simnet_without_root_says_so(tmp_path):
+  fake = tmp_path / 'id'
+  fake.write_text('#!/bin/sh\necho 1000\n')  # `id -u` of an ordinary user.
+  fake.chmod(0o755)
+  env = dict(os.environ, PATH=f'{tmp_path}:{os.environ["PATH"]}')
+  p = _run([SIMNET, '--rate', '1gbit', '--', 'true'], env=env)
+  assert p.returncode == 1 and 'needs root' in p.stderr
+
+
+@pytest.mark.skipif(
+  os.geteuid() != 0 or not shutil.which('tc'), reason='the simulated network needs root and tc'
+)
+def test_job_on_the_simulated_network(tmp_path):
+  env = dict(os.environ)
+  env.pop('XLA_FLAGS', None)
+  cmd = [SIMNET, '--rate', '200mbit', '--', MPIRUN, '-np', '2', sys.executable, '-m',
+         'cocod_jax.main', '--config=configs/test.py', '--config.backend=mpi',
+         f'--workdir={tmp_path}']  # fmt: skip
+  p = _run(cmd, env=env, timeout=180)
+  assert p.returncode == 0, p.stderr[-3000:]
+  assert 'loopback shaped to 200mbit' in p.stderr and 'communication hidden' in p.stdout
+  assert (tmp_path / 'timeline_rank1.json').exists()

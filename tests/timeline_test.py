@@ -1,0 +1,69 @@
+"""Timeline figures from hand-made spans, the Chrome trace format, and the round plot."""
+
+import json
+
+import numpy as np
+
+from cocod_jax import timeline as timeline_lib
+from launch import plot_timeline
+
+
+def _cocod_like(origin=100.0):
+  """Two epochs of one rank: k = 2 steps of 0.1 s a round, a 0.3 s allreduce, 0.1 s exposed."""
+  tl = timeline_lib.Timeline(enabled=True, rank=0)
+  tl.origin = origin
+  for epoch in (1, 2):
+    t = origin + 10 * epoch
+    tl.add('snapshot', 'merge', t, t + 0.01, epoch=epoch)
+    tl.add('step', 'step', t + 0.01, t + 0.11, epoch=epoch)
+    tl.add('step', 'step', t + 0.11, t + 0.21, epoch=epoch)
+    tl.add('wait', 'wait', t + 0.21, t + 0.31, epoch=epoch)
+    tl.add('allreduce', 'allreduce', t + 0.01, t + 0.31, thread=timeline_lib.COMM, epoch=epoch)
+    tl.add('correct', 'merge', t + 0.31, t + 0.32, epoch=epoch)
+    tl.add('round', 'round', t, t + 0.32, epoch=epoch, full=True)
+  return tl
+
+
+def test_summary_by_hand():
+  tl = _cocod_like()
+  s = tl.summary(from_epoch=2, steps=2, train_time_s=0.32)
+  # Epoch 2 only: Tp = 0.2 s / 2 steps, Tc = 0.3 s, 0.1 s of it exposed: 2/3 hidden.
+  np.testing.assert_allclose(
+    [s['Tp_s'], s['Tc_s'], s['r'], s['exposed_comm_s'], s['comm_s'], s['hidden_fraction']],
+    [0.1, 0.3, 3.0, 0.1, 0.3, 2 / 3],
+    rtol=1e-6,
+  )
+  np.testing.assert_allclose([s['step_time_s'], s['round_time_s']], [0.16, 0.32], rtol=1e-6)
+  assert s['collectives'] == 1 and s['from_epoch'] == 2
+
+
+def test_blocking_collectives_hide_nothing():
+  tl = timeline_lib.Timeline(enabled=True)
+  tl.add('grads', 'step', 0.0, 0.1, epoch=1)
+  tl.add('wait', 'wait', 0.1, 0.3, epoch=1)
+  tl.add('allreduce', 'allreduce', 0.1, 0.3, thread=timeline_lib.COMM, epoch=1)
+  assert tl.summary(1, 1, 0.3)['hidden_fraction'] == 0.0
+
+
+def test_disabled_timeline_records_nothing():
+  tl = timeline_lib.Timeline(enabled=False)
+  with tl.span('step', 'step', epoch=1):
+    pass
+  tl.add('allreduce', 'allreduce', 0.0, 1.0, thread=timeline_lib.COMM)
+  assert tl.spans == [] and tl.summary(1, 0, 0.0)['hidden_fraction'] is None
+
+
+def test_chrome_trace_and_plot(tmp_path):
+  tl = _cocod_like()
+  tl.write_chrome_trace(str(tmp_path / 'timeline_rank0.json'))
+  trace = json.loads((tmp_path / 'timeline_rank0.json').read_text())
+  spans = [e for e in trace['traceEvents'] if e['ph'] == 'X']
+  assert len(spans) == 14 and trace['otherData']['origin_s'] == 100.0
+  comm = [e for e in spans if e['name'] == 'allreduce']
+  assert {e['tid'] for e in comm} == {1}
+  np.testing.assert_allclose([e['dur'] for e in comm], [3e5, 3e5], rtol=1e-6)  # microseconds
+  assert plot_timeline.window(plot_timeline.load(str(tmp_path))[0]) == (120.0, 120.32)
+  out = str(tmp_path / 'fig.png')
+  plot_timeline.plot([str(tmp_path)], ['CoCoD-SGD'], out)
+  with open(out, 'rb') as f:
+    assert f.read(8) == b'\x89PNG\r\n\x1a\n'
