@@ -49,6 +49,8 @@ def main(argv):
     # 4.59 s beside a spinning allreduce, 3.51 s with yielding); it must yield. Read at MPI_Init,
     # so set before mpi4py starts MPI; an explicit setting in the environment wins.
     os.environ.setdefault('OMPI_MCA_mpi_yield_when_idle', '1')
+    # Ranks that share a node's GPUs must not each preallocate 75% of every one of them.
+    os.environ.setdefault('XLA_PYTHON_CLIENT_PREALLOCATE', 'false')
     from cocod_jax import mpi_comm  # pylint: disable=g-import-not-at-top
 
     rank, size = mpi_comm.world()

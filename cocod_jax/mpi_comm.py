@@ -107,7 +107,7 @@ class MPICommunicator:
         'comm.threaded=False'
       )
     self.threaded, self.staging, self.timeout_s = threaded, staging, float(timeout_s)
-    self.compute_device = compute_device or jax.devices()[0]
+    self.compute_device = compute_device or _local_device(world)
     self.host_device = host_device or jax.devices('cpu')[-1]
     self._comm = world.Clone()
     self.ctl = world.Clone()
@@ -263,6 +263,19 @@ class MPICommunicator:
 
   def barrier(self):
     self.ctl.Barrier()
+
+
+def _local_device(world):
+  """This rank's accelerator: the node-local rank picks among the visible devices (one each)."""
+  devices = jax.devices()
+  if len(devices) == 1 or devices[0].platform == 'cpu':
+    return devices[0]
+  from mpi4py import MPI  # pylint: disable=g-import-not-at-top
+
+  node = world.Split_type(MPI.COMM_TYPE_SHARED)
+  local_rank = node.Get_rank()
+  node.Free()
+  return devices[local_rank % len(devices)]
 
 
 def config_hash(config) -> str:

@@ -39,8 +39,18 @@ def test_simnet_without_root_says_so(tmp_path):
   assert p.returncode == 1 and 'needs root' in p.stderr
 
 
+def _can_make_namespaces():
+  if os.geteuid() != 0 or not shutil.which('tc') or not shutil.which('ip'):
+    return False
+  name = f'ccprobe{os.getpid()}'
+  if _run(['ip', 'netns', 'add', name]).returncode != 0:
+    return False
+  _run(['ip', 'netns', 'delete', name])
+  return True
+
+
 @pytest.mark.skipif(
-  os.geteuid() != 0 or not shutil.which('tc'), reason='the simulated network needs root and tc'
+  not _can_make_namespaces(), reason='the simulated network needs root, tc and network namespaces'
 )
 def test_job_on_the_simulated_network(tmp_path):
   env = dict(os.environ)
