@@ -15,11 +15,17 @@ set -euo pipefail
 rate=1gbit
 latency=100ms
 burst=256kb
+value() {  # The value after option $1, or a usage error.
+  if [ "$#" -lt 2 ] || [ -z "$2" ] || [ "$2" = -- ]; then
+    echo "$0: $1 needs a value" >&2
+    exit 2
+  fi
+}
 while [ "$#" -gt 0 ]; do
   case $1 in
-    --rate) rate=${2:?--rate needs a value}; shift 2 ;;
-    --latency) latency=${2:?--latency needs a value}; shift 2 ;;
-    --burst) burst=${2:?--burst needs a value}; shift 2 ;;
+    --rate) value "$@"; rate=$2; shift 2 ;;
+    --latency) value "$@"; latency=$2; shift 2 ;;
+    --burst) value "$@"; burst=$2; shift 2 ;;
     --) shift; break ;;
     *) echo "$0: unknown option '$1' (allowed: --rate, --latency, --burst, then -- command)" >&2
        exit 2 ;;
