@@ -8,6 +8,8 @@ communicator's thread contributes one `allreduce` span per collective. From thes
 - `Tp` = time in `step` spans / number of steps (the time of one local step);
 - `Tc` = mean `allreduce` span (staging to host, the allreduce, the copy back);
 - `exposed_comm_s` = time in `wait` spans, `comm_s` = time in `allreduce` spans;
+- `drain_s` = the part of `exposed_comm_s` spent at epoch ends waiting for a collective still in
+  flight (`wait` spans with `drain=True`: the pipeline of Pipe-SGD is emptied before evaluation);
 - `hidden_fraction` = 1 - exposed / comm (0 when every collective blocks, 1 when none shows).
 
 Only spans of the measured epochs count: the first epoch compiles every function, so it is left out
@@ -95,6 +97,7 @@ class Timeline:
     tp = total('step') / steps if steps else float('nan')
     tc = float(np.mean(comm)) if comm else 0.0
     comm_s, exposed = float(sum(comm)), total('wait')
+    drain = float(sum(e - b for _, c, b, e, _, a in chosen if c == 'wait' and a.get('drain')))
     return {
       'from_epoch': from_epoch,
       'steps': steps,
@@ -106,6 +109,7 @@ class Timeline:
       'merge_s': total('merge'),
       'comm_s': comm_s,
       'exposed_comm_s': exposed,
+      'drain_s': drain,
       'hidden_fraction': max(0.0, 1.0 - exposed / comm_s) if comm_s > 0 else None,
       'collectives': len(comm),
     }

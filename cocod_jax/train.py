@@ -332,7 +332,7 @@ class _MPIRuntime:
 def _combine_timing(per_rank):
   """The ranks' timing figures: means, and the hidden fraction of all their communication."""
   out = {'ranks': per_rank}
-  for k in ('Tp_s', 'Tc_s', 'step_time_s', 'round_time_s', 'exposed_comm_s', 'comm_s'):
+  for k in ('Tp_s', 'Tc_s', 'step_time_s', 'round_time_s', 'exposed_comm_s', 'drain_s', 'comm_s'):
     vals = [p[k] for p in per_rank if p[k] is not None]
     out[k] = float(np.mean(vals)) if vals else None
   out['r'] = out['Tc_s'] / out['Tp_s'] if out['Tp_s'] else None
@@ -426,9 +426,13 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
 
   epoch = 0
 
-  def finish(handle):
-    """Waits for a collective: a `wait` span (communication exposed to training)."""
-    with tl.span('wait', 'wait', epoch=epoch, label=handle.label):
+  def finish(handle, drain=False):
+    """Waits for a collective: a `wait` span (communication exposed to training).
+
+    `drain`: the wait at the end of an epoch for a collective still in flight (Pipe-SGD's last
+    gradient average), which steps of the same epoch would otherwise have hidden.
+    """
+    with tl.span('wait', 'wait', epoch=epoch, label=handle.label, drain=drain):
       value = tl.ready(comm.wait(handle))
     if handle.span is not None:
       tl.add('allreduce', 'allreduce', *handle.span, thread=timeline_lib.COMM, epoch=epoch)
@@ -505,9 +509,9 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
       # A collective still in flight is waited for now, as training time, so that the
       # evaluation average below never runs beside it; its result is used as usual.
       if name == 'pipe_sgd' and pending is not None:
-        pending = comm_lib.Done(finish(pending), pending.label)
+        pending = comm_lib.Done(finish(pending, drain=True), pending.label)
       elif name == 'cocod_sgd' and pending is not None:
-        pending = (comm_lib.Done(finish(pending[0]), pending[0].label), pending[1])
+        pending = (comm_lib.Done(finish(pending[0], drain=True), pending[0].label), pending[1])
       jax.block_until_ready(state)
       epoch_time = time.perf_counter() - t0
       train_time += epoch_time

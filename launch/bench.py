@@ -12,7 +12,9 @@ rate-limited, so the allreduce really crosses a slow link. Steps:
    repeat, the time model of ALGORITHMS.md for that S-SGD run's Tp and Tc, and the hidden
    fraction: medians with [min, max] over the repeats.
 3. At the largest r, CoCoD-SGD with each `comm.staging` (where the background allreduce runs).
-4. The targets of the overlap issue, as measured ratios, and a PNG of one measured round per
+4. Pipe-SGD against its model, taken apart: the wait at each epoch end for the gradient average
+   still in flight (the pipeline is emptied before evaluation), and the run's own Tp and Tc.
+5. The targets of the overlap issue, as measured ratios, and a PNG of one measured round per
    algorithm (launch/plot_timeline.py).
 
 Writes `bench.json` (every run's timing), `bench.md` (the tables) and `timeline_r<r>.png`.
@@ -172,6 +174,28 @@ def table(rows):
   return lines
 
 
+def pipe_table(all_rows, report):
+  """Pipe-SGD's time per step, less the epoch-end drain, against max(Tp, Tc) of its own run."""
+  lines = [
+    '| target r | ms / step | epoch-end drain ms / step | the rest | Tp, Tc of the run ms '
+    '| max(Tp, Tc) of the run | model (S-SGD run) |',
+    '|---|---|---|---|---|---|---|',
+  ]
+  for ratio, row in zip(report['ratios'], [r for r in all_rows if r['algorithm'] == 'pipe_sgd']):
+    runs = ratio['runs']['pipe_sgd']
+    drain = [r['drain_s'] / r['steps'] for r in runs]
+    rest = [r['step_time_s'] - d for r, d in zip(runs, drain)]
+    own = [max(r['Tp_s'], r['Tc_s']) for r in runs]
+    lines.append(
+      f'| {ratio["target_r"]:g} | {spread(row["step_time_s"], scale=1e3)} '
+      f'| {spread(drain, scale=1e3)} | {spread(rest, scale=1e3)} '
+      f'| {spread([r["Tp_s"] for r in runs], scale=1e3)}, '
+      f'{spread([r["Tc_s"] for r in runs], scale=1e3)} | {spread(own, scale=1e3)} '
+      f'| {spread(row["predicted_step_s"], scale=1e3)} |'
+    )
+  return lines
+
+
 def main(argv):
   del argv
   if os.geteuid() != 0:
@@ -224,6 +248,8 @@ def main(argv):
       f'| {spread([r["Tc_s"] for r in runs], scale=1e3)} '
       f'| {spread([r["hidden_fraction"] for r in runs], "{:.0%}")} |'
     )
+  lines += ['', '## Pipe-SGD against its model', '']
+  lines += pipe_table(all_rows, report)
   lines += ['', '## Targets (ratios measured in the same repeat)', '']
   targets = []
   for row in all_rows:

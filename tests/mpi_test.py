@@ -143,6 +143,7 @@ def test_timeline_and_timing(tmp_path):
   tm = res['timing']
   assert len(tm['ranks']) == 2 and tm['from_epoch'] == 2 and tm['steps'] == 4 * 5
   assert tm['Tp_s'] > 0 and tm['Tc_s'] > 0 and 0 <= tm['hidden_fraction'] <= 1
+  assert 0 <= tm['drain_s'] <= tm['exposed_comm_s']
   # 20 measured steps in rounds of 2: 10 snapshot averages per rank.
   assert all(r['collectives'] == 10 for r in tm['ranks'])
   for rank in (0, 1):

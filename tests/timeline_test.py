@@ -45,6 +45,21 @@ def test_blocking_collectives_hide_nothing():
   assert tl.summary(1, 1, 0.3)['hidden_fraction'] == 0.0
 
 
+def test_epoch_end_drain_is_counted_apart():
+  # Pipe-SGD-like: two 0.1 s steps, each hiding 0.05 s of a 0.15 s allreduce, then the last one
+  # waited for in full at the end of the epoch.
+  tl = timeline_lib.Timeline(enabled=True)
+  tl.add('grads', 'step', 0.0, 0.1, epoch=1)
+  tl.add('allreduce', 'allreduce', 0.1, 0.25, thread=timeline_lib.COMM, epoch=1)
+  tl.add('grads', 'step', 0.1, 0.2, epoch=1)
+  tl.add('wait', 'wait', 0.2, 0.25, epoch=1, drain=False)
+  tl.add('allreduce', 'allreduce', 0.25, 0.4, thread=timeline_lib.COMM, epoch=1)
+  tl.add('wait', 'wait', 0.25, 0.4, epoch=1, drain=True)
+  s = tl.summary(1, 2, 0.4)
+  np.testing.assert_allclose([s['exposed_comm_s'], s['drain_s']], [0.2, 0.15], rtol=1e-6)
+  np.testing.assert_allclose(s['hidden_fraction'], 1 - 0.2 / 0.3, rtol=1e-6)
+
+
 def test_disabled_timeline_records_nothing():
   tl = timeline_lib.Timeline(enabled=False)
   with tl.span('step', 'step', epoch=1):
