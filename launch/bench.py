@@ -12,12 +12,13 @@ rate-limited, so the allreduce really crosses a slow link. Steps:
    repeat, the time model of ALGORITHMS.md for that S-SGD run's Tp and Tc, and the hidden
    fraction: medians with [min, max] over the repeats.
 3. At the largest r, CoCoD-SGD with each `comm.staging` (where the background allreduce runs).
-4. Pipe-SGD against its model, taken apart: the wait at each epoch end for the gradient average
-   still in flight (the pipeline is emptied before evaluation), and the run's own Tp and Tc.
+4. Pipe-SGD against its model with the run's own Tp and Tc, and the cost of the pipeline being
+   emptied at each epoch end (before evaluation) and refilled.
 5. The targets of the overlap issue, as measured ratios, and a PNG of one measured round per
    algorithm (launch/plot_timeline.py).
 
-Writes `bench.json` (every run's timing), `bench.md` (the tables) and `timeline_r<r>.png`.
+Writes `bench.json` (every run's timing), `bench.md` (the tables) and `timeline_r<r>.png`;
+`--render_only` rewrites the tables from an existing bench.json without running anything.
 """
 
 import json
@@ -45,6 +46,9 @@ flags.DEFINE_integer('repeats', 3, 'Runs per algorithm and ratio.')
 flags.DEFINE_list('ratios', ['1', '3'], 'Target values of r = Tc/Tp.')
 flags.DEFINE_list('probe_rates_mbit', ['300', '1200'], 'Link rates of the calibration runs.')
 flags.DEFINE_list('stagings', ['host', 'device', 'numpy'], 'comm.staging values to compare.')
+flags.DEFINE_bool(
+  'render_only', False, 'Rewrite bench.md from the bench.json in --out; run nothing.'
+)
 FLAGS = flags.FLAGS
 
 
@@ -97,6 +101,7 @@ def run_job(workdir, rate_kbit, algorithm, *extra):
   timing = res['timing']
   timing['wall_s'] = time.perf_counter() - start
   timing['test_accuracy'] = res['final']['test_accuracy']
+  timing['steps_per_epoch'] = res['steps_per_epoch']
   print(
     f'  {NAMES[algorithm]:9s} {rate_kbit / 1000:7.0f} Mbit/s  '
     f'step {timing["step_time_s"] * 1e3:6.1f} ms  Tp {timing["Tp_s"] * 1e3:6.1f}  '
@@ -174,40 +179,94 @@ def table(rows):
   return lines
 
 
-def pipe_table(all_rows, report):
-  """Pipe-SGD's time per step, less the epoch-end drain, against max(Tp, Tc) of its own run."""
+def pipe_table(report):
+  """Pipe-SGD against max(Tp, Tc) of its own run, plus the pipeline refilled once per epoch.
+
+  The loop waits at each epoch end for the gradient average still in flight (evaluation never
+  runs beside a collective), so the first step of the next epoch has no allreduce to hide behind:
+  over an epoch of S steps that costs min(Tp, Tc) once, min(Tp, Tc) / S per step.
+  """
   lines = [
-    '| target r | ms / step | epoch-end drain ms / step | the rest | Tp, Tc of the run ms '
-    '| max(Tp, Tc) of the run | model (S-SGD run) |',
+    '| target r | ms / step | Tp, Tc of the run ms | max(Tp, Tc) | epoch-end wait ms / step '
+    '| + refill min(Tp, Tc) / S | measured / (max + refill) |',
     '|---|---|---|---|---|---|---|',
   ]
-  for ratio, row in zip(report['ratios'], [r for r in all_rows if r['algorithm'] == 'pipe_sgd']):
+  for ratio in report['ratios']:
     runs = ratio['runs']['pipe_sgd']
-    drain = [r['drain_s'] / r['steps'] for r in runs]
-    rest = [r['step_time_s'] - d for r, d in zip(runs, drain)]
     own = [max(r['Tp_s'], r['Tc_s']) for r in runs]
+    refill = [min(r['Tp_s'], r['Tc_s']) / r['steps_per_epoch'] for r in runs]
+    vs = [r['step_time_s'] / (m + f) for r, m, f in zip(runs, own, refill)]
     lines.append(
-      f'| {ratio["target_r"]:g} | {spread(row["step_time_s"], scale=1e3)} '
-      f'| {spread(drain, scale=1e3)} | {spread(rest, scale=1e3)} '
+      f'| {ratio["target_r"]:g} | {spread([r["step_time_s"] for r in runs], scale=1e3)} '
       f'| {spread([r["Tp_s"] for r in runs], scale=1e3)}, '
       f'{spread([r["Tc_s"] for r in runs], scale=1e3)} | {spread(own, scale=1e3)} '
-      f'| {spread(row["predicted_step_s"], scale=1e3)} |'
+      f'| {spread([r["drain_s"] / r["steps"] for r in runs], scale=1e3)} '
+      f'| {spread(refill, scale=1e3)} | {spread(vs, "{:.2f}")} |'
     )
   return lines
 
 
-def main(argv):
-  del argv
-  if os.geteuid() != 0:
-    sys.exit('bench: the simulated network needs root (network namespaces and tc); run as root')
-  out = FLAGS.out
-  os.makedirs(out, exist_ok=True)
+def target_lines(report):
+  """The overlap issue's targets, as ratios measured in the same repeat."""
+  all_rows = [row for ratio in report['ratios'] for row in ratio['rows']]
+  targets = []
+  for row in all_rows:
+    if row['algorithm'] == 'cocod_sgd':
+      ok = statistics.median(row['round_vs_ideal']) <= 1.15
+      targets.append(
+        f'- r = {row["target_r"]:g}: CoCoD round time / max(k*Tp, Tc) = '
+        f'{spread(row["round_vs_ideal"], "{:.2f}")} (target <= 1.15): {"met" if ok else "MISSED"}'
+      )
+  by = {(r['target_r'], r['algorithm']): r for r in all_rows}
+  ratios = [ratio['target_r'] for ratio in report['ratios']]
+  for target in ratios:
+    cocod, local = by[(target, 'cocod_sgd')], by[(target, 'local_sgd')]
+    vs_local = [lo / co for lo, co in zip(local['step_time_s'], cocod['step_time_s'])]
+    ok = min(vs_local) > 1.0
+    targets.append(
+      f'- r = {target:g}: Local-SGD / CoCoD-SGD time per step = {spread(vs_local, "{:.2f}")} '
+      f'(target > 1 in every run): {"met" if ok else "MISSED"}'
+    )
+    if target == min(ratios):
+      sp = cocod['speedup_vs_ssgd']
+      ok = statistics.median(sp) >= 1.6
+      targets.append(
+        f'- r = {target:g}: CoCoD-SGD speedup over S-SGD = {spread(sp, "{:.2f}")}x '
+        f'(target >= 1.6): {"met" if ok else "MISSED"}'
+      )
+  return targets
+
+
+def render(report):
+  """bench.md's text from a report (what `measure` returns, or bench.json)."""
+  repeats = len(report['ratios'][0]['runs']['ssgd'])
+  top = max(ratio['target_r'] for ratio in report['ratios'])
+  lines = [f'# Benchmark ({repeats} runs per row; median [min, max])', '']
+  lines += table([row for ratio in report['ratios'] for row in ratio['rows']])
+  lines += ['', f'## Where the background allreduce runs (CoCoD-SGD, r = {top:g})', '']
+  lines += ['| comm.staging | ms / step | Tc ms | hidden |', '|---|---|---|---|']
+  for staging, runs in report['stagings'].items():
+    lines.append(
+      f'| {staging} | {spread([r["step_time_s"] for r in runs], scale=1e3)} '
+      f'| {spread([r["Tc_s"] for r in runs], scale=1e3)} '
+      f'| {spread([r["hidden_fraction"] for r in runs], "{:.0%}")} |'
+    )
+  lines += ['', '## Pipe-SGD against its model', '']
+  lines += pipe_table(report)
+  lines += ['', '## Targets (ratios measured in the same repeat)', '']
+  report['targets'] = target_lines(report)
+  lines += report['targets']
+  return '\n'.join(lines) + '\n'
+
+
+def measure(out):
+  """Every run of the benchmark; returns the report (bench.json's content)."""
   write_data(os.path.join(out, 'synthetic.npz'))
   print('calibration (S-SGD at two link rates):', flush=True)
   a, b, tp, cal = calibrate(out)
   print(f'  Tc = {a * 1e3:.1f} ms + {b:.0f} ms*kbit/s / rate,  Tp = {tp * 1e3:.1f} ms', flush=True)
   report = {'calibration': {'a_s': a, 'b_s_kbit': b, 'Tp_s': tp, 'runs': cal}, 'ratios': []}
-  all_rows, rates = [], {}
+  rates = {}
   for target in [float(x) for x in FLAGS.ratios]:
     want = target * tp
     if want <= a:
@@ -222,7 +281,6 @@ def main(argv):
         wd = os.path.join(out, f'r{target:g}', f'rep{rep}', algo)
         by_algo[algo].append(run_job(wd, rate, algo))
     rows = summarize(by_algo, rate, target)
-    all_rows += rows
     report['ratios'].append({'target_r': target, 'rate_kbit': rate, 'runs': by_algo, 'rows': rows})
     dirs = [os.path.join(out, f'r{target:g}', 'rep0', algo) for algo in ALGOS]
     png = os.path.join(out, f'timeline_r{target:g}.png')
@@ -237,52 +295,30 @@ def main(argv):
       tm = run_job(wd, rates[top], 'cocod_sgd', f'--config.comm.staging={staging}')
       stagings.setdefault(staging, []).append(tm)
   report['stagings'] = stagings
+  return report
 
-  lines = [f'# Benchmark ({FLAGS.repeats} runs per row; median [min, max])', '']
-  lines += table(all_rows)
-  lines += ['', f'## Where the background allreduce runs (CoCoD-SGD, r = {top:g})', '']
-  lines += ['| comm.staging | ms / step | Tc ms | hidden |', '|---|---|---|---|']
-  for staging, runs in stagings.items():
-    lines.append(
-      f'| {staging} | {spread([r["step_time_s"] for r in runs], scale=1e3)} '
-      f'| {spread([r["Tc_s"] for r in runs], scale=1e3)} '
-      f'| {spread([r["hidden_fraction"] for r in runs], "{:.0%}")} |'
-    )
-  lines += ['', '## Pipe-SGD against its model', '']
-  lines += pipe_table(all_rows, report)
-  lines += ['', '## Targets (ratios measured in the same repeat)', '']
-  targets = []
-  for row in all_rows:
-    if row['algorithm'] == 'cocod_sgd':
-      ok = statistics.median(row['round_vs_ideal']) <= 1.15
-      targets.append(
-        f'- r = {row["target_r"]:g}: CoCoD round time / max(k*Tp, Tc) = '
-        f'{spread(row["round_vs_ideal"], "{:.2f}")} (target <= 1.15): {"met" if ok else "MISSED"}'
-      )
-  by = {(r['target_r'], r['algorithm']): r for r in all_rows}
-  for target in rates:
-    cocod, local = by[(target, 'cocod_sgd')], by[(target, 'local_sgd')]
-    vs_local = [lo / co for lo, co in zip(local['step_time_s'], cocod['step_time_s'])]
-    ok = min(vs_local) > 1.0
-    targets.append(
-      f'- r = {target:g}: Local-SGD / CoCoD-SGD time per step = {spread(vs_local, "{:.2f}")} '
-      f'(target > 1 in every run): {"met" if ok else "MISSED"}'
-    )
-    if target == min(rates):
-      sp = cocod['speedup_vs_ssgd']
-      ok = statistics.median(sp) >= 1.6
-      targets.append(
-        f'- r = {target:g}: CoCoD-SGD speedup over S-SGD = {spread(sp, "{:.2f}")}x '
-        f'(target >= 1.6): {"met" if ok else "MISSED"}'
-      )
-  lines += targets
-  report['targets'] = targets
-  text = '\n'.join(lines) + '\n'
+
+def main(argv):
+  del argv
+  out = FLAGS.out
+  if FLAGS.render_only:
+    path = os.path.join(out, 'bench.json')
+    if not os.path.exists(path):
+      raise SystemExit(f'bench: --render_only needs {path} from an earlier run')
+    with open(path) as f:
+      report = json.load(f)
+  else:
+    if os.geteuid() != 0:
+      sys.exit('bench: the simulated network needs root (network namespaces and tc); run as root')
+    os.makedirs(out, exist_ok=True)
+    report = measure(out)
+  text = render(report)
   print('\n' + text)
-  with open(os.path.join(out, 'bench.md'), 'w') as f:
-    f.write(text)
-  with open(os.path.join(out, 'bench.json'), 'w') as f:
-    json.dump(report, f, indent=2)
+  for name, content in (('bench.md', text), ('bench.json', json.dumps(report, indent=2))):
+    tmp = os.path.join(out, name + '.tmp')
+    with open(tmp, 'w') as f:
+      f.write(content)
+    os.replace(tmp, os.path.join(out, name))
 
 
 if __name__ == '__main__':

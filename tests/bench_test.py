@@ -47,17 +47,43 @@ def test_rows_use_the_ssgd_run_of_the_same_repeat():
   assert bench.spread([0.1, 0.3, 0.2], scale=1e3) == '200.0 [100.0, 300.0]'
 
 
-def test_pipe_table_takes_the_drain_apart():
+def _report():
   runs = _two_repeats()
+  for timings in runs.values():
+    for t in timings:
+      t['steps_per_epoch'] = 10
   rows = bench.summarize(runs, 600e3, 3.0)
-  report = {'ratios': [{'target_r': 3.0, 'runs': runs}]}
-  header, rule, line = bench.pipe_table(rows, report)
+  stagings = {'host': runs['cocod_sgd']}
+  return {'ratios': [{'target_r': 3.0, 'rate_kbit': 600e3, 'runs': runs, 'rows': rows}],
+          'stagings': stagings}  # fmt: skip
+
+
+def test_pipe_table_adds_the_refill_of_each_epoch():
+  header, rule, line = bench.pipe_table(_report())
   assert header.count('|') == rule.count('|') == line.count('|')
   cells = [c.strip() for c in line.strip('|').split('|')]
-  # ms/step 350, 450; drain 10 and 0; the rest 340, 450; max(Tp, Tc) of the run 320, 420.
+  # max(Tp, Tc) of the runs: 320, 420 ms; refill min(Tp, Tc) / 10: 11, 10 ms; epoch-end wait
+  # 10 and 0 ms a step; measured 350 / 331 and 450 / 430.
   assert cells[0] == '3'
-  assert cells[1] == '400.0 [350.0, 450.0]'
-  assert cells[2] == '5.0 [0.0, 10.0]'
-  assert cells[3] == '395.0 [340.0, 450.0]'
-  assert cells[5] == '370.0 [320.0, 420.0]'
-  assert cells[6] == '350.0 [300.0, 400.0]'  # max(Tp, Tc) of the S-SGD runs.
+  assert cells[3] == '370.0 [320.0, 420.0]'
+  assert cells[4] == '5.0 [0.0, 10.0]'
+  assert cells[5] == '10.5 [10.0, 11.0]'
+  assert cells[6] == f'{(350 / 331 + 450 / 430) / 2:.2f} [{450 / 430:.2f}, {350 / 331:.2f}]'
+
+
+def test_render_reports_each_target():
+  report = _report()
+  text = bench.render(report)
+  assert text.startswith('# Benchmark (2 runs per row; median [min, max])')
+  # CoCoD rounds 1.1 and 1.2 x max(k Tp, Tc): median 1.15, met; Local/CoCoD 1.6 and 1.44: met;
+  # the speedup over S-SGD is 4x.
+  assert report['targets'] == [
+    '- r = 3: CoCoD round time / max(k*Tp, Tc) = 1.15 [1.10, 1.20] (target <= 1.15): met',
+    '- r = 3: Local-SGD / CoCoD-SGD time per step = 1.52 [1.44, 1.60] (target > 1 in every run): '
+    'met',
+    '- r = 3: CoCoD-SGD speedup over S-SGD = 4.00 [4.00, 4.00]x (target >= 1.6): met',
+  ]
+  report['ratios'][0]['runs']['local_sgd'][0]['step_time_s'] = 0.09
+  report['ratios'][0]['rows'] = bench.summarize(report['ratios'][0]['runs'], 600e3, 3.0)
+  bench.render(report)
+  assert report['targets'][1].endswith('MISSED')

@@ -1,5 +1,7 @@
-"""The launchers: usage errors, the simulated network refused without root, and a real job on it."""
+"""The launchers: usage errors, the simulated network refused without root, a real job on it, and
+the Slurm example with a stand-in srun."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -62,3 +64,34 @@ def test_job_on_the_simulated_network(tmp_path):
   assert p.returncode == 0, p.stderr[-3000:]
   assert 'loopback shaped to 200mbit' in p.stderr and 'communication hidden' in p.stdout
   assert (tmp_path / 'timeline_rank1.json').exists()
+
+
+def test_slurm_example_with_a_stand_in_srun(tmp_path):
+  # No Slurm here: a stand-in `srun` runs the batch script's command on $SLURM_NTASKS ranks with
+  # the venv's mpirun, so the script's own work is checked: it goes to the submit directory, sets
+  # num_workers from the task count and passes the config, the workdir and the overrides on.
+  fake = tmp_path / 'bin' / 'srun'
+  fake.parent.mkdir()
+  fake.write_text(
+    '#!/bin/sh\n'
+    '[ "$1" = "--mpi=pmix" ] || { echo "srun stand-in: unexpected $1" >&2; exit 3; }\n'
+    f'shift; exec {MPIRUN} -np "$SLURM_NTASKS" "$@"\n'
+  )
+  fake.chmod(0o755)
+  env = dict(os.environ, PATH=f'{fake.parent}:{os.environ["PATH"]}', SLURM_NTASKS='2',
+             SLURM_SUBMIT_DIR=ROOT)  # fmt: skip
+  env.pop('XLA_FLAGS', None)
+  workdir = tmp_path / 'run'
+  script = os.path.join(ROOT, 'launch', 'slurm_example.sbatch')
+  p = subprocess.run(['bash', script, 'configs/test.py', str(workdir),
+                      '--config.algorithm.name=local_sgd'], cwd=tmp_path, env=env,
+                     capture_output=True, text=True, timeout=180)  # fmt: skip
+  assert p.returncode == 0, p.stderr[-3000:]
+  res = json.loads((workdir / 'results.json').read_text())
+  assert res['backend'] == 'mpi' and res['config']['num_workers'] == 2
+  assert res['config']['algorithm']['name'] == 'local_sgd'
+
+
+def test_slurm_example_usage_error(tmp_path):
+  p = _run(['bash', os.path.join(ROOT, 'launch', 'slurm_example.sbatch')])
+  assert p.returncode != 0 and 'usage: sbatch' in p.stderr
