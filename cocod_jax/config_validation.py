@@ -1,90 +1,133 @@
 """Checks every user-facing value before any training or output starts.
 
-Each failure is a `ConfigError` whose message is one line naming the field, the value and what
-is allowed; `main.py` prints it and exits with status 2 (no traceback for user errors).
+`errors(config)` lists every invalid field, one line each, naming the field, the value and what
+is allowed; `validate` raises `ConfigError` with them. `main.py` prints each as `error: ...` and
+exits with status 2 (no traceback for user errors). `unknown_field` turns a misspelt override into
+a line that names the closest valid field.
 """
 
+import difflib
+import numbers
+
+from cocod_jax import algorithms
 from cocod_jax import input_pipeline
 from cocod_jax import models
-from cocod_jax import mpi_comm
+from cocod_jax import schedules
+from cocod_jax.cluster import mpi
 
-ALGORITHMS = ('ssgd', 'pipe_sgd', 'local_sgd', 'cocod_sgd')
-BACKENDS = ('emulated', 'mpi')
-STAGINGS = mpi_comm.STAGINGS
+ALGORITHMS = tuple(algorithms.ALGORITHMS)
+BACKENDS = ('one_host', 'mpi')
+STAGINGS = mpi.STAGINGS
 LR_SCALINGS = ('linear', 'none')
 
 
 class ConfigError(ValueError):
-  """An invalid configuration value."""
+  """Invalid configuration values; `str()` is one line per problem."""
+
+  def __init__(self, problems):
+    self.problems = [problems] if isinstance(problems, str) else list(problems)
+    super().__init__('\n'.join(self.problems))
 
 
-def _check(ok, field, value, allowed):
-  if not ok:
-    raise ConfigError(f'{field}={value!r} is invalid; allowed: {allowed}')
+def _is_int(v):
+  return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _is_number(v):
+  return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def errors(config) -> list[str]:
+  """Every invalid field of `config`, one line each (empty when the config is valid)."""
+  out = []
+
+  def check(ok, field, value, allowed):
+    if not ok:
+      out.append(f'{field}={value!r} is invalid; allowed: {allowed}')
+
+  def integer(field, value, low):
+    check(_is_int(value) and value >= low, field, value, f'an integer >= {low}')
+
+  def number(field, value, low, strict=True):
+    ok = _is_number(value) and (value > low if strict else value >= low)
+    check(ok, field, value, f'a number {">" if strict else ">="} {low}')
+
+  a, o, c = config.algorithm, config.optimizer, config.comm
+  check(a.name in ALGORITHMS, 'algorithm.name', a.name, list(ALGORITHMS))
+  integer('algorithm.period', a.period, 1)
+  integer('algorithm.warmup_period_epochs', a.warmup_period_epochs, 0)
+  check(config.backend in BACKENDS, 'backend', config.backend, list(BACKENDS))
+  integer('one_host.devices', config.one_host.devices, 0)
+  check(c.staging in STAGINGS, 'comm.staging', c.staging, list(STAGINGS))
+  number('comm.timeout_s', c.timeout_s, 0)
+  integer('timeline.sample_every', config.timeline.sample_every, 0)
+  check(config.model.name in models.MODELS, 'model.name', config.model.name, sorted(models.MODELS))
+  d = config.dataset
+  check(d.name in input_pipeline.DATASETS, 'dataset.name', d.name, list(input_pipeline.DATASETS))
+  integer('dataset.num_classes', d.num_classes, 0)
+  if d.name == 'npz' and not d.path:
+    out.append(f"dataset.path='' is invalid for dataset.name='npz'; allowed: a .npz file with "
+               f'arrays {list(input_pipeline.NPZ_KEYS)}')  # fmt: skip
+  integer('num_workers', config.num_workers, 1)
+  integer('batch_size', config.batch_size, 1)
+  integer('num_epochs', config.num_epochs, 1)
+  integer('seed', config.seed, 0)
+  number('optimizer.learning_rate', o.learning_rate, 0)
+  check(_is_number(o.momentum) and 0 <= o.momentum < 1, 'optimizer.momentum', o.momentum, '[0, 1)')
+  number('optimizer.weight_decay', o.weight_decay, 0, strict=False)
+  check(o.lr_scaling in LR_SCALINGS, 'optimizer.lr_scaling', o.lr_scaling, list(LR_SCALINGS))
+  number('optimizer.warmup_epochs', o.warmup_epochs, 0, strict=False)
+  check(
+    _is_number(o.decay_factor) and 0 < o.decay_factor <= 1,
+    'optimizer.decay_factor',
+    o.decay_factor,
+    '0 < factor <= 1',
+  )
+  check(
+    all(_is_int(e) and e >= 1 for e in o.decay_epochs),
+    'optimizer.decay_epochs',
+    tuple(o.decay_epochs),
+    'a tuple of 1-based epoch numbers >= 1, e.g. (81,)',
+  )
+  speeds = tuple(config.worker_speeds)
+  if speeds:
+    check(
+      _is_int(config.num_workers) and len(speeds) == config.num_workers,
+      'worker_speeds',
+      speeds,
+      f'empty or one entry per worker (num_workers={config.num_workers})',
+    )
+    check(all(_is_number(s) and s > 0 for s in speeds), 'worker_speeds', speeds, 'numbers > 0')
+  return out
 
 
 def validate(config) -> None:
-  """Raises ConfigError on the first invalid field of `config`."""
-  a, o = config.algorithm, config.optimizer
-  _check(a.name in ALGORITHMS, 'algorithm.name', a.name, list(ALGORITHMS))
-  _check(config.backend in BACKENDS, 'backend', config.backend, list(BACKENDS))
-  _check(config.comm.staging in STAGINGS, 'comm.staging', config.comm.staging, list(STAGINGS))
-  _check(config.comm.timeout_s > 0, 'comm.timeout_s', config.comm.timeout_s, 'a number > 0')
-  _check(config.model.name in models.MODELS, 'model.name', config.model.name, sorted(models.MODELS))
-  _check(
-    config.dataset.name in input_pipeline.DATASETS,
-    'dataset.name',
-    config.dataset.name,
-    list(input_pipeline.DATASETS),
-  )
-  _check(
-    isinstance(a.period, int) and a.period >= 1, 'algorithm.period', a.period, 'an integer >= 1'
-  )
-  _check(
-    a.warmup_period_epochs >= 0,
-    'algorithm.warmup_period_epochs',
-    a.warmup_period_epochs,
-    'an integer >= 0',
-  )
-  _check(
-    isinstance(config.num_workers, int) and config.num_workers >= 1,
-    'num_workers',
-    config.num_workers,
-    'an integer >= 1',
-  )
-  _check(
-    isinstance(config.batch_size, int) and config.batch_size >= 1,
-    'batch_size',
-    config.batch_size,
-    'an integer >= 1',
-  )
-  _check(
-    isinstance(config.num_epochs, int) and config.num_epochs >= 1,
-    'num_epochs',
-    config.num_epochs,
-    'an integer >= 1',
-  )
-  _check(o.learning_rate > 0, 'optimizer.learning_rate', o.learning_rate, 'a number > 0')
-  _check(0 <= o.momentum < 1, 'optimizer.momentum', o.momentum, '0 <= momentum < 1')
-  _check(o.weight_decay >= 0, 'optimizer.weight_decay', o.weight_decay, 'a number >= 0')
-  _check(o.lr_scaling in LR_SCALINGS, 'optimizer.lr_scaling', o.lr_scaling, list(LR_SCALINGS))
-  _check(o.warmup_epochs >= 0, 'optimizer.warmup_epochs', o.warmup_epochs, 'a number >= 0')
-  _check(0 < o.decay_factor <= 1, 'optimizer.decay_factor', o.decay_factor, '0 < factor <= 1')
-  _check(
-    all(int(e) >= 1 for e in o.decay_epochs),
-    'optimizer.decay_epochs',
-    tuple(o.decay_epochs),
-    '1-based epoch numbers >= 1',
-  )
-  speeds = list(config.worker_speeds)
-  if speeds:
-    _check(
-      len(speeds) == config.num_workers,
-      'worker_speeds',
-      tuple(speeds),
-      f'empty or one entry per worker (num_workers={config.num_workers})',
-    )
-    _check(all(s > 0 for s in speeds), 'worker_speeds', tuple(speeds), 'entries > 0')
+  """Raises ConfigError listing every invalid field of `config`."""
+  problems = errors(config)
+  if problems:
+    raise ConfigError(problems)
+
+
+def field_paths(config, prefix='') -> list[str]:
+  """Every leaf field of a (nested) ConfigDict as a dotted path."""
+  out = []
+  for key, value in config.items():
+    path = prefix + key
+    if hasattr(value, 'items'):
+      out += field_paths(value, path + '.')
+    else:
+      out.append(path)
+  return out
+
+
+def unknown_field(config, path: str) -> str | None:
+  """A one-line message if `path` names no field of `config` (with the closest valid one)."""
+  paths = field_paths(config)
+  if path in paths:
+    return None
+  close = difflib.get_close_matches(path, paths, n=1, cutoff=0.5)
+  hint = f"did you mean '{close[0]}'?" if close else 'see configs/common.py for the fields'
+  return f"--config.{path}: the config has no field '{path}'; {hint}"
 
 
 def check_world(config, world_size: int) -> None:
@@ -99,9 +142,7 @@ def check_world(config, world_size: int) -> None:
 
 def check_data(config, dataset) -> None:
   """Checks that every worker's shard holds at least one batch."""
-  from cocod_jax import train  # pylint: disable=g-import-not-at-top
-
-  sizes = train.batch_sizes(config)
+  sizes = schedules.batch_sizes(config)
   shards = input_pipeline.shard_sizes(len(dataset.x_train), sizes)
   for i, (m, s) in enumerate(zip(sizes, shards)):
     if m > s:
@@ -115,7 +156,7 @@ def load_checked_dataset(config):
   """Loads `config.dataset` and checks it against the config; raises ConfigError."""
   try:
     ds = input_pipeline.load_dataset(
-      config.dataset.name, config.dataset.path, config.dataset.num_classes
+      config.dataset.name, config.dataset.path, config.dataset.num_classes, config.data_dir
     )
   except input_pipeline.DataError as e:
     raise ConfigError(str(e)) from None

@@ -48,9 +48,3 @@ def decoupled_correction() -> CorrectionTransform:
     return new_x, CorrectionState(snapshot=new_x)
 
   return CorrectionTransform(init=init, update=update)
-
-
-def worker_weights(batch_sizes) -> list[float]:
-  """`w_i = M_i / sum_j M_j` (ALGORITHMS.md): every average in the project uses these weights."""
-  total = float(sum(batch_sizes))
-  return [m / total for m in batch_sizes]

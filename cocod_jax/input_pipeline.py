@@ -111,7 +111,7 @@ def _load_npz(path):
   )
 
 
-def load_dataset(name: str, path: str = '', num_classes: int = 0) -> Dataset:
+def load_dataset(name: str, path: str = '', num_classes: int = 0, data_dir: str = '') -> Dataset:
   """Loads dataset `name` ('cifar10', 'cifar100', 'digits' or 'npz' from `path`).
 
   Args:
@@ -123,7 +123,7 @@ def load_dataset(name: str, path: str = '', num_classes: int = 0) -> Dataset:
     a Dataset.
   """
   if name in ('cifar10', 'cifar100'):
-    ds = _load_tfds(name, path)
+    ds = _load_tfds(name, data_dir)
   elif name == 'digits':
     ds = _load_digits()
   elif name == 'npz':

@@ -1,21 +1,30 @@
 """Measured compute and communication spans of one worker, as a Chrome trace and as summary figures.
 
-The training loop records, on the main thread, `step` spans (a local step, from dispatch until its
+Under MPI the loop records, on the main thread, `step` spans (a local step, from dispatch until its
 outputs are ready), `merge` spans (the snapshot and the correction of CoCoD-SGD), `wait` spans (the
 main thread blocked on a collective: the communication exposed to training) and `round` spans; the
-communicator's thread contributes one `allreduce` span per collective. From these:
+communicator's thread contributes one `allreduce` span per collective (from the moment its input
+is computed to the moment the sum is back on the device).
 
-- `Tp` = time in `step` spans / number of steps (the time of one local step);
-- `Tc` = mean `allreduce` span (staging to host, the allreduce, the copy back);
-- `exposed_comm_s` = time in `wait` spans, `comm_s` = time in `allreduce` spans;
-- `drain_s` = the part of `exposed_comm_s` spent at epoch ends waiting for a collective still in
-  flight (`wait` spans with `drain=True`: the pipeline of Pipe-SGD is emptied before evaluation);
-- `hidden_fraction` = 1 - exposed / comm (0 when every collective blocks, 1 when none shows).
+Timing a span means waiting for the device, which would stall JAX's asynchronous dispatch at every
+step. So only sampled rounds are timed: every `sample_every`-th round (1: all, the profiling
+setting; 0: none), plus the waits at epoch ends. Between them the loop never blocks except where
+the algorithm waits for a collective. The allreduce spans cost the main thread nothing and are all
+kept. From these:
+
+- `Tp` = time in sampled `step` spans / number of sampled steps (the time of one local step);
+- `Tc` = mean `allreduce` span;
+- `exposed_comm_s` = time in sampled `wait` spans, `comm_s` = time in the allreduce spans waited
+  for in sampled rounds, `hidden_fraction` = 1 - exposed / comm (0 when every collective blocks);
+- `drain_s` = time waiting at epoch ends for a collective still in flight (`wait` spans with
+  `drain=True`: Pipe-SGD's pipeline is emptied before evaluation), always timed;
+- `step_time_s` = measured training time / steps, over all steps.
 
 Only spans of the measured epochs count: the first epoch compiles every function, so it is left out
 whenever there is more than one epoch.
 """
 
+import collections
 import contextlib
 import json
 import os
@@ -29,20 +38,65 @@ MAIN, COMM = 'main', 'comm'
 
 
 class Timeline:
-  """Spans of one worker; a disabled timeline records nothing and never blocks."""
+  """Spans of one worker; a disabled timeline records nothing and never blocks.
 
-  def __init__(self, enabled: bool, rank: int = 0):
+  Args:
+    enabled: record anything at all (the MPI runtime; the one-host cluster has no real time).
+    rank: the worker, named in the trace.
+    sample_every: time every n-th round (see the module docstring).
+  """
+
+  def __init__(self, enabled: bool, rank: int = 0, sample_every: int = 1):
     self.enabled = enabled
     self.rank = rank
+    self.sample_every = sample_every
     self.origin = time.perf_counter()
     self.spans = []  # (name, cat, start, end, thread, args)
+    self.epoch = 0
+    self.sampling = enabled  # Whether the current round (or epoch-end wait) is timed.
+    self.sampled_steps = collections.Counter()  # epoch -> steps timed
+    self._rounds = 0
+    self._round = None  # (start time, first step, length) of the sampled round in progress
+
+  # ------------------------------------------------------------------ driven by the loop
+
+  def begin_round(self, first_step: int, length: int):
+    due = self.sample_every > 0 and self._rounds % self.sample_every == 0
+    self.sampling = self.enabled and due
+    self._rounds += 1
+    self._round = (time.perf_counter(), first_step, length) if self.sampling else None
+
+  def end_step(self, t: int):
+    """After step `t`; closes the round when `t` is its last step."""
+    if not self.sampling:
+      return
+    self.sampled_steps[self.epoch] += 1
+    start, first, length = self._round
+    if t + 1 == first + length:
+      self.add('round', 'round', start, time.perf_counter(), full=True)
+
+  @contextlib.contextmanager
+  def drain(self):
+    """The epoch-end wait: always timed."""
+    sampling, self.sampling = self.sampling, self.enabled
+    try:
+      yield
+    finally:
+      self.sampling = sampling
+
+  # ------------------------------------------------------------------ spans
 
   def add(self, name, cat, start, end, thread=MAIN, **args):
     if self.enabled:
+      args.setdefault('epoch', self.epoch)
+      args.setdefault('sampled', self.sampling)
       self.spans.append((name, cat, start, end, thread, args))
 
   @contextlib.contextmanager
   def span(self, name, cat, **args):
+    if not self.sampling:
+      yield
+      return
     start = time.perf_counter()
     try:
       yield
@@ -50,10 +104,12 @@ class Timeline:
       self.add(name, cat, start, time.perf_counter(), **args)
 
   def ready(self, tree):
-    """Blocks until `tree` is computed, so a span ends when the work does (only when enabled)."""
-    if self.enabled:
+    """Blocks until `tree` is computed, so a span ends when the work does (sampled rounds only)."""
+    if self.sampling:
       jax.block_until_ready(tree)
     return tree
+
+  # ------------------------------------------------------------------ outputs
 
   def write_chrome_trace(self, path):
     """Writes the spans as Chrome trace events (open in Perfetto or chrome://tracing)."""
@@ -88,28 +144,62 @@ class Timeline:
   def summary(self, from_epoch: int, steps: int, train_time_s: float) -> dict:
     """Figures over the spans of epochs >= `from_epoch` (`steps` steps, `train_time_s` seconds)."""
     chosen = [s for s in self.spans if s[5].get('epoch', 0) >= from_epoch]
+    sampled = [s for s in chosen if s[5].get('sampled', True)]
 
-    def total(cat):
-      return float(sum(e - b for _, c, b, e, _, _ in chosen if c == cat))
+    def total(spans, cat, **match):
+      return float(
+        sum(
+          e - b
+          for _, c, b, e, _, a in spans
+          if c == cat and all(a.get(k) == v for k, v in match.items())
+        )
+      )
 
     comm = [e - b for _, c, b, e, _, _ in chosen if c == 'allreduce']
-    rounds = [e - b for _, c, b, e, _, a in chosen if c == 'round' and a.get('full', False)]
-    tp = total('step') / steps if steps else float('nan')
+    rounds = [e - b for _, c, b, e, _, a in sampled if c == 'round' and a.get('full', False)]
+    timed_steps = sum(n for epoch, n in self.sampled_steps.items() if epoch >= from_epoch)
+    tp = total(sampled, 'step') / timed_steps if timed_steps else float('nan')
     tc = float(np.mean(comm)) if comm else 0.0
-    comm_s, exposed = float(sum(comm)), total('wait')
-    drain = float(sum(e - b for _, c, b, e, _, a in chosen if c == 'wait' and a.get('drain')))
+    comm_s, exposed = total(sampled, 'allreduce'), total(sampled, 'wait')
     return {
       'from_epoch': from_epoch,
       'steps': steps,
+      'sampled_steps': timed_steps,
       'Tp_s': tp,
       'Tc_s': tc,
       'r': tc / tp if tp > 0 else float('nan'),
       'step_time_s': train_time_s / steps if steps else float('nan'),
       'round_time_s': float(np.mean(rounds)) if rounds else None,
-      'merge_s': total('merge'),
+      'merge_s': total(sampled, 'merge'),
       'comm_s': comm_s,
       'exposed_comm_s': exposed,
-      'drain_s': drain,
+      'drain_s': total(chosen, 'wait', drain=True),
       'hidden_fraction': max(0.0, 1.0 - exposed / comm_s) if comm_s > 0 else None,
       'collectives': len(comm),
     }
+
+
+def combine(per_rank):
+  """The ranks' timing figures: means, and the hidden fraction of all their communication."""
+  out = {'ranks': per_rank}
+  for k in ('Tp_s', 'Tc_s', 'step_time_s', 'round_time_s', 'exposed_comm_s', 'drain_s', 'comm_s'):
+    vals = [p[k] for p in per_rank if p[k] is not None]
+    out[k] = float(np.mean(vals)) if vals else None
+  out['r'] = out['Tc_s'] / out['Tp_s'] if out['Tp_s'] else None
+  comm_s = sum(p['comm_s'] for p in per_rank)
+  exposed = sum(p['exposed_comm_s'] for p in per_rank)
+  out['hidden_fraction'] = max(0.0, 1.0 - exposed / comm_s) if comm_s > 0 else None
+  for k in ('from_epoch', 'steps', 'sampled_steps'):
+    out[k] = per_rank[0][k]
+  return out
+
+
+def describe(tm) -> str:
+  """The one line that a run prints about its timing (`combine`'s figures)."""
+  hidden = tm['hidden_fraction']
+  return (
+    f'timing ({tm["steps"]} steps from epoch {tm["from_epoch"]}, mean of {len(tm["ranks"])} '
+    f'ranks): Tp {tm["Tp_s"] * 1e3:.1f} ms, Tc {tm["Tc_s"] * 1e3:.1f} ms (r = {tm["r"]:.2f}), '
+    f'{tm["step_time_s"] * 1e3:.1f} ms per step, communication hidden '
+    + ('n/a' if hidden is None else f'{hidden:.0%}')
+  )

@@ -12,20 +12,25 @@ def base_config() -> ml_collections.ConfigDict:
   c.algorithm.warmup_period_epochs = 10
   c.algorithm.average_batch_stats = True
   c.algorithm.average_momentum = False
-  c.backend = 'emulated'  # 'mpi': one process per worker under mpirun/srun.
+  c.backend = 'one_host'  # All workers in one process; 'mpi': one process each (mpirun/srun).
+  c.one_host = ml_collections.ConfigDict()  # The one-host cluster (backend='one_host' only).
+  c.one_host.devices = 0  # Devices the workers are sharded over; 0: the most that divide N.
   c.comm = ml_collections.ConfigDict()  # The MPI communicator (backend='mpi' only).
   c.comm.threaded = True  # Collectives on a background thread (False: synchronous, for tests).
-  c.comm.staging = 'host'  # Where the allreduce runs: 'host', 'device' or 'numpy'.
+  c.comm.staging = 'host'  # Where the allreduce runs: 'host' (mpi4py) or 'device' (mpi4jax).
   c.comm.timeout_s = 600.0  # A collective slower than this ends the job on every rank.
+  c.timeline = ml_collections.ConfigDict()  # Measured spans (backend='mpi' only).
+  c.timeline.sample_every = 10  # Time every n-th round (1: every round, 0: none).
   c.num_workers = 16
   c.model = ml_collections.ConfigDict()
   c.model.name = 'resnet18'
   c.dataset = ml_collections.ConfigDict()
   c.dataset.name = 'cifar10'
-  c.dataset.path = ''
+  c.dataset.path = ''  # The .npz file of dataset.name='npz'.
   c.dataset.shuffle = True
   c.dataset.augment = True
   c.dataset.num_classes = 0  # 0: from the data.
+  c.data_dir = ''  # TFDS data dir (CIFAR); '': $TFDS_DATA_DIR, else ~/tensorflow_datasets.
   c.batch_size = 32
   c.worker_speeds = ()
   c.proportional_sampling = False

@@ -4,6 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from cocod_jax import correction
+from cocod_jax import schedules
 
 
 def test_correction_by_hand():
@@ -29,4 +30,4 @@ def test_one_worker_correction_is_identity():
 
 
 def test_worker_weights():
-  assert correction.worker_weights([32, 64, 32]) == [0.25, 0.5, 0.25]
+  assert schedules.worker_weights([32, 64, 32]) == [0.25, 0.5, 0.25]

@@ -19,8 +19,8 @@ from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 
 from cocod_jax import main  # noqa: E402
-from cocod_jax import mpi_comm  # noqa: E402
-from cocod_jax import train  # noqa: E402
+from cocod_jax import steps  # noqa: E402
+from cocod_jax.cluster import mpi  # noqa: E402
 
 flags.DEFINE_enum('fault', None, ['raise_in_thread', 'kill_rank', 'stall', 'shape'], 'The fault.')
 
@@ -29,25 +29,25 @@ _calls = {'reduce': 0, 'start': 0}
 
 def _inject(fault, rank):
   reduce_, start, create = (
-    mpi_comm.MPICommunicator._reduce,
-    mpi_comm.MPICommunicator.start,
-    train.create_train_state,
+    mpi.MPICommunicator._reduce,
+    mpi.MPICommunicator.start,
+    steps.create_train_state,
   )
 
-  def bad_reduce(self, flat):
+  def bad_reduce(self, job, flat):
     _calls['reduce'] += 1
     if _calls['reduce'] == 3:
       if fault == 'raise_in_thread' and rank == 0:
         raise RuntimeError('injected failure in the allreduce thread')
       if fault == 'stall' and rank == 1:
         time.sleep(3600)
-    return reduce_(self, flat)
+    return reduce_(self, job, flat)
 
-  def bad_start(self, tree, label=''):
+  def bad_start(self, tree, label='', step=-1, blocking=False):
     _calls['start'] += 1
     if fault == 'kill_rank' and rank == 1 and _calls['start'] == 5:
       os.kill(os.getpid(), signal.SIGKILL)
-    return start(self, tree, label)
+    return start(self, tree, label, step, blocking)
 
   def bad_create(model, key, input_shape, worker):
     state = create(model, key, input_shape, worker)
@@ -56,16 +56,16 @@ def _inject(fault, rank):
       state.params['Dense_0']['kernel'] = kernel[:, :1].repeat(kernel.shape[1] + 1, axis=1)
     return state
 
-  mpi_comm.MPICommunicator._reduce = bad_reduce
-  mpi_comm.MPICommunicator.start = bad_start
-  train.create_train_state = bad_create
+  mpi.MPICommunicator._reduce = bad_reduce
+  mpi.MPICommunicator.start = bad_start
+  steps.create_train_state = bad_create
 
 
 def _main(argv):
-  rank, _ = mpi_comm.world()
+  rank, _ = mpi.world()
   _inject(flags.FLAGS.fault, rank)
   main.main(argv)
 
 
 if __name__ == '__main__':
-  app.run(_main)
+  app.run(_main, flags_parser=main.parse_flags)

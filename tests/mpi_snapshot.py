@@ -15,21 +15,21 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from cocod_jax import mpi_comm  # noqa: E402
+from cocod_jax.cluster import mpi  # noqa: E402
 
 WEIGHTS = (0.25, 0.75)
 
 
 def check(staging, rank):
-  comm = mpi_comm.MPICommunicator(WEIGHTS, threaded=True, staging=staging, timeout_s=60)
+  comm = mpi.MPICommunicator(WEIGHTS, threaded=True, staging=staging, timeout_s=60)
   try:
     gate = threading.Event()
     reduce_ = comm._reduce
 
-    def held_back(flat):
+    def held_back(job, flat):
       if not gate.wait(30):
         raise RuntimeError('the main thread never opened the gate')
-      return reduce_(flat)
+      return reduce_(job, flat)
 
     comm._reduce = held_back
     scale = rank + 1.0
@@ -50,11 +50,11 @@ def check(staging, rank):
 
 
 def main():
-  rank, size = mpi_comm.world()
+  rank, size = mpi.world()
   assert size == len(WEIGHTS), size
-  for staging in mpi_comm.STAGINGS:
+  for staging in mpi.STAGINGS:
     check(staging, rank)
 
 
 if __name__ == '__main__':
-  mpi_comm.abort_on_error(main)
+  mpi.abort_on_error(main)

@@ -1,4 +1,4 @@
-"""The MPI runtime under `mpirun` (subprocesses with timeouts): the same numbers as the emulated
+"""The MPI runtime under `mpirun` (subprocesses with timeouts): the same numbers as the one-host
 cluster, the threaded communicator equal to its synchronous mode, and every failure ending the
 job on every rank instead of hanging.
 """
@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 
+from cocod_jax import schedules
 from cocod_jax import train
 from tests import train_test
 
@@ -70,49 +71,49 @@ def _linear_config(tmp_path, algorithm, workers):
 
 
 @pytest.mark.parametrize('algorithm', ALGOS)
-def test_mpi_equals_emulated_linear(tmp_path, algorithm):
+def test_mpi_equals_one_host_linear(tmp_path, algorithm):
   c = _linear_config(tmp_path, algorithm, workers=2)
-  train.train_and_evaluate(c, str(tmp_path / 'emu'))
+  train.train_and_evaluate(c, str(tmp_path / 'one'))
   _run_mpi(c, tmp_path / 'mpi')
-  emu, mpi = _params(tmp_path / 'emu'), _params(tmp_path / 'mpi')
-  assert emu.keys() == mpi.keys()
-  for k in emu:
-    np.testing.assert_allclose(mpi[k], emu[k], rtol=1e-6, atol=1e-7, err_msg=k)
+  one, mpi = _params(tmp_path / 'one'), _params(tmp_path / 'mpi')
+  assert one.keys() == mpi.keys()
+  for k in one:
+    np.testing.assert_allclose(mpi[k], one[k], rtol=1e-6, atol=1e-7, err_msg=k)
 
 
 @pytest.mark.parametrize('algorithm', ALGOS)
-def test_mpi_equals_emulated_linear_four_unequal_ranks(tmp_path, algorithm):
+def test_mpi_equals_one_host_linear_four_unequal_ranks(tmp_path, algorithm):
   # Speeds (1, 2, 1, 2) with proportional sampling: batches M = (10, 20, 10, 20), each a whole
-  # shard, so the MPI ranks must use the weights w_i = M_i / 60 exactly as the emulated cluster.
+  # shard, so the MPI ranks must use the weights w_i = M_i / 60 exactly as the one-host cluster.
   path, _, _ = train_test._tiny_npz(tmp_path, n_train=60)
   c = train_test._config(
     path, algorithm, workers=4, batch=10, epochs=5, period=2, speeds=(1.0, 2.0, 1.0, 2.0)
   )
-  assert train.batch_sizes(c) == [10, 20, 10, 20]
-  train.train_and_evaluate(c, str(tmp_path / 'emu'))
+  assert schedules.batch_sizes(c) == [10, 20, 10, 20]
+  train.train_and_evaluate(c, str(tmp_path / 'one'))
   _run_mpi(c, tmp_path / 'mpi')
-  emu, mpi = _params(tmp_path / 'emu'), _params(tmp_path / 'mpi')
-  for k in emu:  # Four summands may be added in another order: float32 rounding only.
-    np.testing.assert_allclose(mpi[k], emu[k], rtol=1e-5, atol=1e-6, err_msg=k)
+  one, mpi = _params(tmp_path / 'one'), _params(tmp_path / 'mpi')
+  for k in one:  # Four summands may be added in another order: float32 rounding only.
+    np.testing.assert_allclose(mpi[k], one[k], rtol=1e-5, atol=1e-6, err_msg=k)
 
 
 @pytest.mark.parametrize('algorithm', ALGOS)
-def test_mpi_close_to_emulated_cnn(tmp_path, algorithm):
+def test_mpi_close_to_one_host_cnn(tmp_path, algorithm):
   c = train_test.test_config.get_config()
   c.algorithm.name = algorithm
   c.model.name = 'cnn'
   c.batch_size = 25
   c.num_epochs = 1
   c.optimizer.learning_rate = 0.05
-  train.train_and_evaluate(c, str(tmp_path / 'emu'))
+  train.train_and_evaluate(c, str(tmp_path / 'one'))
   _run_mpi(c, tmp_path / 'mpi')
-  emu, mpi = _params(tmp_path / 'emu'), _params(tmp_path / 'mpi')
-  assert any(k.startswith('batch_stats/') for k in emu)
-  for k in emu:
-    np.testing.assert_allclose(mpi[k], emu[k], rtol=1e-4, atol=1e-5, err_msg=k)
+  one, mpi = _params(tmp_path / 'one'), _params(tmp_path / 'mpi')
+  assert any(k.startswith('batch_stats/') for k in one)
+  for k in one:
+    np.testing.assert_allclose(mpi[k], one[k], rtol=1e-4, atol=1e-5, err_msg=k)
 
 
-@pytest.mark.parametrize('staging', ['host', 'device', 'numpy'])
+@pytest.mark.parametrize('staging', ['host', 'device'])
 def test_threaded_equals_synchronous(tmp_path, staging):
   c = _linear_config(tmp_path, 'cocod_sgd', workers=2)
   c.dataset.shuffle = True
@@ -130,7 +131,7 @@ def test_snapshot_survives_donation():
   # and overwritten; the average is still that of the values at the call, for every staging.
   p = _mpirun(2, [], timeout=120, script=('tests/mpi_snapshot.py',))
   assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
-  for staging in ('host', 'device', 'numpy'):
+  for staging in ('host', 'device'):
     assert f'rank 0: {staging}: ok' in p.stdout and f'rank 1: {staging}: ok' in p.stdout
 
 

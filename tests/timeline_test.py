@@ -21,6 +21,7 @@ def _cocod_like(origin=100.0):
     tl.add('allreduce', 'allreduce', t + 0.01, t + 0.31, thread=timeline_lib.COMM, epoch=epoch)
     tl.add('correct', 'merge', t + 0.31, t + 0.32, epoch=epoch)
     tl.add('round', 'round', t, t + 0.32, epoch=epoch, full=True)
+    tl.sampled_steps[epoch] = 2
   return tl
 
 
@@ -42,6 +43,7 @@ def test_blocking_collectives_hide_nothing():
   tl.add('grads', 'step', 0.0, 0.1, epoch=1)
   tl.add('wait', 'wait', 0.1, 0.3, epoch=1)
   tl.add('allreduce', 'allreduce', 0.1, 0.3, thread=timeline_lib.COMM, epoch=1)
+  tl.sampled_steps[1] = 1
   assert tl.summary(1, 1, 0.3)['hidden_fraction'] == 0.0
 
 
@@ -55,6 +57,7 @@ def test_epoch_end_drain_is_counted_apart():
   tl.add('wait', 'wait', 0.2, 0.25, epoch=1, drain=False)
   tl.add('allreduce', 'allreduce', 0.25, 0.4, thread=timeline_lib.COMM, epoch=1)
   tl.add('wait', 'wait', 0.25, 0.4, epoch=1, drain=True)
+  tl.sampled_steps[1] = 2
   s = tl.summary(1, 2, 0.4)
   np.testing.assert_allclose([s['exposed_comm_s'], s['drain_s']], [0.2, 0.15], rtol=1e-6)
   np.testing.assert_allclose(s['hidden_fraction'], 1 - 0.2 / 0.3, rtol=1e-6)

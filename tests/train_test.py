@@ -12,6 +12,7 @@ import pytest
 
 from cocod_jax import config_validation
 from cocod_jax import input_pipeline
+from cocod_jax import schedules
 from cocod_jax import train
 from configs import test as test_config
 from tests import reference
@@ -73,7 +74,7 @@ def test_weighted_average_with_unequal_batches(tmp_path, algorithm):
   # file order, weights (1/3, 2/3).
   path, x, y = _tiny_npz(tmp_path)
   c = _config(path, algorithm, workers=2, batch=10, epochs=5, period=2, speeds=(1.0, 2.0))
-  assert train.batch_sizes(c) == [10, 20]
+  assert schedules.batch_sizes(c) == [10, 20]
   w, b = _run(c, tmp_path / 'run')
   shards = [(x[:10], y[:10]), (x[10:30], y[10:30])]
   ew, eb = reference.run(algorithm, shards, 3, 5, 0.5, 0.9, 1e-4, 2, [10, 20])
@@ -113,13 +114,13 @@ def test_learning_rate_schedule():
   c.optimizer.learning_rate = 0.01
   c.optimizer.warmup_epochs = 2
   c.optimizer.decay_epochs = (4,)
-  lr = train.learning_rate_fn(c, train.batch_sizes(c), steps_per_epoch=10)
+  lr = schedules.learning_rate_fn(c, schedules.batch_sizes(c), steps_per_epoch=10)
   # Linear scaling to 0.04; warm-up from 0.01 over 20 steps; /10 from the start of epoch 4.
   np.testing.assert_allclose(
     [float(lr(t)) for t in (0, 10, 20, 29, 30)], [0.01, 0.025, 0.04, 0.04, 0.004], rtol=1e-6
   )
   c.optimizer.lr_scaling = 'none'
-  assert float(train.learning_rate_fn(c, [32] * 4, 10)(25)) == pytest.approx(0.01)
+  assert float(schedules.learning_rate_fn(c, [32] * 4, 10)(25)) == pytest.approx(0.01)
 
 
 def test_proportional_batches_and_heterogeneous_lr():
@@ -128,9 +129,9 @@ def test_proportional_batches_and_heterogeneous_lr():
   c.batch_size = 32
   c.worker_speeds = (1.0, 1.0, 2.0, 2.0)
   c.proportional_sampling = True
-  sizes = train.batch_sizes(c)
+  sizes = schedules.batch_sizes(c)
   assert sizes == [32, 32, 64, 64]
-  assert train.peak_learning_rate(c, sizes) == pytest.approx(0.01 * 6)
+  assert schedules.peak_learning_rate(c, sizes) == pytest.approx(0.01 * 6)
   assert input_pipeline.shard_sizes(1200, sizes) == [200, 200, 400, 400]
 
 

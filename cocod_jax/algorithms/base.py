@@ -1,0 +1,113 @@
+"""The small interface that the training loop drives, whichever algorithm runs.
+
+The loop (`train.py`) calls, for every local iteration `t`, `state, loss = algorithm.step(state,
+data, t)`; at the end of an epoch `state = algorithm.drain(state)` (a collective still in flight
+is waited for, as training time, so that the evaluation average never runs beside it); after the
+last step `algorithm.finish()`. What a step computes, which collective it starts and which one it
+waits for is the algorithm's own business, written once in its file with the cluster's compiled
+per-worker functions and its `start` / `wait` / `weighted_mean`; the same code runs on the
+one-host cluster and under MPI.
+
+Rounds: `round_length(t)` is the number of steps of the round that starts at step `t` (1 for
+algorithms that communicate every step). The loop keeps the round position, tells the step
+whether it closes its round, and times whole rounds on the timeline.
+"""
+
+from typing import Any
+from typing import NamedTuple
+
+from cocod_jax import schedules
+from cocod_jax import timeline as timeline_lib
+
+
+class Waited(NamedTuple):
+  """The value of a collective that was already waited for (at an epoch end) but not yet used."""
+
+  value: Any
+  label: str
+
+
+class Context(NamedTuple):
+  """What an algorithm works with: the cluster, the config, the timeline and the step counts."""
+
+  cluster: Any  # cluster.one_host.OneHostCluster or cluster.mpi.MPICluster
+  config: Any
+  timeline: timeline_lib.Timeline
+  steps_per_epoch: int
+  total_steps: int
+
+
+class Algorithm:
+  """Base class: one local iteration at a time, collectives through the cluster.
+
+  Subclasses set `name` and implement `step`; algorithms with a collective in flight across
+  steps also implement `drain` and `finish`.
+  """
+
+  name = ''
+
+  def __init__(self, ctx: Context):
+    self.ctx = ctx
+    self.cluster = ctx.cluster
+    self.config = ctx.config
+    self.tl = ctx.timeline
+    # Set by the loop: the first step of the current round and the first step after it.
+    self.round_start = 0
+    self.round_end = 0
+
+  def round_length(self, t: int) -> int:
+    """Steps in the round that starts at step `t`."""
+    del t
+    return 1
+
+  def step(self, state, data, t: int):
+    """Local iteration `t`: returns (new state, this step's training loss per worker)."""
+    raise NotImplementedError
+
+  def drain(self, state):
+    """End of an epoch: nothing in flight by default."""
+    return state
+
+  def finish(self):
+    """After the last step: nothing in flight by default."""
+
+  # ------------------------------------------------------------------ helpers for subclasses
+
+  def closes_round(self, t: int) -> bool:
+    return t + 1 == self.round_end
+
+  def wait(self, handle, drain=False):
+    """Waits for a collective, recorded as a `wait` span (communication exposed to training).
+
+    `drain`: the wait at the end of an epoch for a collective still in flight, which steps of
+    the same epoch would otherwise have hidden.
+    """
+    if isinstance(handle, Waited):
+      return handle.value
+    with self.tl.span('wait', 'wait', label=handle.label, drain=drain):
+      value = self.tl.ready(self.cluster.wait(handle))
+    self._record(handle)
+    return value
+
+  def average(self, tree, label: str, t: int):
+    """A blocking weighted average: all of it is exposed, so all of it is one `wait` span."""
+    with self.tl.span('wait', 'wait', label=label, drain=False):
+      handle = self.cluster.start(tree, label, t, blocking=True)
+      value = self.tl.ready(self.cluster.wait(handle))
+    self._record(handle)
+    return value
+
+  def _record(self, handle):
+    span = getattr(handle, 'span', None)
+    if span is not None:  # The MPI communicator times the staging and the allreduce.
+      self.tl.add('allreduce', 'allreduce', *span, thread=timeline_lib.COMM)
+
+
+class RoundAlgorithm(Algorithm):
+  """Algorithms that communicate once per round of k local steps (the period warm-up aside)."""
+
+  def round_length(self, t: int) -> int:
+    return schedules.period_at(self.config, t, self.ctx.steps_per_epoch)
+
+  def round_label(self) -> str:
+    return f'the round of steps {self.round_start}-{self.round_end - 1}'

@@ -1,0 +1,137 @@
+"""One background thread, one collective in flight, errors re-raised on the main thread.
+
+`BackgroundWorker.submit(fn, label, step)` hands `fn` to the worker's one thread and returns a
+`Pending` handle at once; `wait(handle)` blocks until `fn` has run and returns its result. An
+exception inside the thread is re-raised on the caller's thread as `CommError`; a call that has
+not finished `timeout_s` after it was submitted raises `CommTimeout` instead of hanging. With
+`threaded=False` the same calls run synchronously on the caller's thread (tests compare the two);
+so does a call submitted `inline`, which its caller would only wait for at once (S-SGD's
+gradients): a hand-over to the thread would add its latency and nothing would overlap.
+
+The worker knows nothing about MPI: `cluster/mpi.py` gives it the staging-and-allreduce
+function. Besides the result, each call records the span (start, end) of the work itself, which
+the timeline reports as the communication time `Tc`.
+"""
+
+import queue
+import threading
+import time
+import traceback
+from typing import Any
+from typing import Callable
+
+
+class CommError(RuntimeError):
+  """The background collective raised; the message names the rank and the collective."""
+
+
+class CommTimeout(RuntimeError):
+  """A collective did not finish within `comm.timeout_s`."""
+
+
+class Diverged(RuntimeError):
+  """A worker's contribution to an average held NaN or Inf; it was kept out of the average.
+
+  Attributes:
+    workers: the workers (ranks) whose contribution was not finite.
+    step: the local iteration at which the collective was started.
+    label: what was being averaged.
+  """
+
+  def __init__(self, workers, step, label):
+    self.workers, self.step, self.label = list(workers), step, label
+    super().__init__(f'worker(s) {self.workers} sent non-finite values in {label} (step {step})')
+
+
+class Pending:
+  """One submitted call: started on the main thread, finished by the worker's thread."""
+
+  def __init__(self, label: str, step: int):
+    self.label = label
+    self.step = step
+    self.done = threading.Event()
+    self.result: Any = None
+    self.error: BaseException | None = None
+    self.error_text = ''
+    self.submitted = time.perf_counter()
+    self.span: tuple[float, float] | None = None
+
+
+class BackgroundWorker:
+  """Runs submitted calls on one daemon thread, one at a time, with at most one in flight.
+
+  Args:
+    threaded: False runs every call on the caller's thread at `submit`.
+    timeout_s: the longest `wait` blocks before raising CommTimeout.
+    rank: named in error messages.
+  """
+
+  def __init__(self, threaded: bool, timeout_s: float, rank: int):
+    self.threaded, self.timeout_s, self.rank = threaded, float(timeout_s), rank
+    self.inflight: Pending | None = None
+    self.stuck = False  # A call timed out or the thread did not stop: MPI state is unknown.
+    self._jobs = queue.Queue()
+    self._thread = None
+    if threaded:
+      self._thread = threading.Thread(target=self._serve, name='allreduce', daemon=True)
+      self._thread.start()
+
+  @staticmethod
+  def _run(job: Pending, fn: Callable[[Pending], Any]):
+    try:
+      job.result = fn(job)
+    except BaseException as e:  # pylint: disable=broad-except
+      job.error = e
+      job.error_text = traceback.format_exc()
+    finally:
+      if job.span is None:
+        job.span = (job.submitted, time.perf_counter())
+      job.done.set()
+
+  def _serve(self):
+    while True:
+      item = self._jobs.get()
+      if item is None:
+        return
+      self._run(*item)
+
+  def submit(self, fn: Callable[[Pending], Any], label: str, step: int, inline=False) -> Pending:
+    """Starts `fn(handle)` on the thread (`inline`: runs it now on the caller's thread, for a
+    collective that the caller waits for at once); `fn` may set `handle.span` to the part it
+    times."""
+    if self.inflight is not None:
+      raise RuntimeError(f'{self.inflight.label} is still in flight; one collective at a time')
+    job = Pending(label, step)
+    self.inflight = job
+    if self.threaded and not inline:
+      self._jobs.put((job, fn))
+    else:
+      self._run(job, fn)
+    return job
+
+  def wait(self, job: Pending):
+    """The result of `job`; raises CommTimeout or CommError instead of hanging."""
+    while not job.done.wait(0.05):
+      elapsed = time.perf_counter() - job.submitted
+      if elapsed > self.timeout_s:
+        self.stuck = True
+        raise CommTimeout(
+          f'rank {self.rank}: the allreduce of {job.label} has not finished after {elapsed:.1f} s '
+          f'(comm.timeout_s={self.timeout_s:g}); a peer is stuck, dead or far slower'
+        )
+    self.inflight = None
+    if job.error is not None:
+      if isinstance(job.error, Diverged):
+        raise job.error
+      raise CommError(
+        f'rank {self.rank}: the allreduce of {job.label} failed: {job.error!r}\n{job.error_text}'
+      ) from job.error
+    return job.result
+
+  def close(self) -> bool:
+    """Stops the thread; True when it stopped and no call is left in flight."""
+    if self._thread is not None:
+      self._jobs.put(None)
+      self._thread.join(timeout=5.0)
+      self.stuck = self.stuck or self._thread.is_alive()
+    return not self.stuck and self.inflight is None

@@ -1,0 +1,177 @@
+"""The one-host cluster: N workers in one process, stacked on a leading axis, vmapped, sharded.
+
+Every per-worker array carries a leading worker axis of length N. The step functions of
+`steps.py` are `jax.vmap`ped over it and jitted once; the axis is sharded over a mesh of D local
+devices (D divides N): 16 workers on one GPU (D = 1), 2 per device on 8 GPUs, one per XLA CPU
+device in the multi-device tests. The paper's 16-worker accuracy runs therefore fit on one GPU.
+
+The weighted average `sum_i w_i x_i` is a compiled sum in a fixed order (worker 0 first), after
+every device has received every worker's copy: a resharding copy from the worker axis to all
+devices, then the same program on each device. No device gathers for the others, the result is
+bit for bit the same on 1 device and on N devices, and a sum of two workers is the same
+`w_0 x_0 + w_1 x_1` that MPI's allreduce computes on 2 ranks. Why not a device collective inside
+the program (`psum`, or an all-gather from a sharding constraint): XLA:CPU runs those through an
+in-process rendezvous that deadlocked here with more emulated devices than cores (measured: 8
+devices on 2 cores, "Expected 8 threads to join the rendezvous, but only 7 of them arrived").
+
+With the average, each worker's contribution is tested for NaN and Inf; `wait` raises
+`background.Diverged` naming the workers before any state takes the average in.
+
+This runtime reproduces the numbers of a cluster, not its time: workers that share a device run
+one after the other inside one vmapped program, and communication is a copy between devices.
+Wall-clock results (Tp, Tc, speedups) come from the MPI runtime (`cluster/mpi.py`).
+"""
+
+from typing import Any
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from cocod_jax import correction
+from cocod_jax import steps as steps_lib
+from cocod_jax.cluster import background
+
+AXIS = 'workers'
+
+
+class Done(NamedTuple):
+  """A collective of the one-host cluster: dispatched at `start`, checked at `wait`."""
+
+  value: Any
+  bad: jax.Array  # [N] 1 where a worker's contribution was not finite.
+  label: str
+  step: int
+
+
+def choose_devices(num_workers: int, requested: int, available: list) -> list:
+  """The devices of the mesh: `requested` of them (0: the most, up to all, that divide N).
+
+  Raises:
+    ValueError: `requested` does not divide `num_workers` or exceeds the devices available.
+  """
+  if requested:
+    if requested > len(available) or num_workers % requested:
+      raise ValueError(
+        f'one_host.devices={requested} is invalid for num_workers={num_workers} with '
+        f'{len(available)} {available[0].platform} device(s); allowed: 0 (automatic) or a '
+        f'divisor of {num_workers} that is at most {len(available)}'
+      )
+    return available[:requested]
+  count = max(d for d in range(1, min(num_workers, len(available)) + 1) if num_workers % d == 0)
+  return available[:count]
+
+
+def _weighted_total(tree, w):
+  """`sum_i w_i tree_i` in worker order, broadcast back to every worker; and the bad workers."""
+
+  def one(a):
+    terms = [(a[i] * w[i]).astype(a.dtype) for i in range(a.shape[0])]
+    total = terms[0]
+    for term in terms[1:]:
+      total = total + term
+    return jnp.broadcast_to(total, a.shape)
+
+  finite = [jnp.all(jnp.isfinite(a.reshape(a.shape[0], -1)), axis=1) for a in jax.tree.leaves(tree)]
+  bad = ~jnp.all(jnp.stack(finite), axis=0) if finite else jnp.zeros(w.shape, bool)
+  return jax.tree.map(one, tree), bad
+
+
+class OneHostCluster:
+  """All workers in this process (see the module docstring).
+
+  Args:
+    fns: the per-worker step functions.
+    config: the validated config (`num_workers`, `one_host.devices`).
+    weights: `w_i` of every worker.
+  """
+
+  backend = 'one_host'
+  rank = 0
+  is_chief = True
+
+  def __init__(self, fns: steps_lib.StepFns, config, weights):
+    self.num_workers = config.num_workers
+    self.workers = list(range(self.num_workers))
+    self.weights = weights
+    self.devices = choose_devices(self.num_workers, config.one_host.devices, jax.devices())
+    mesh = jax.sharding.Mesh(np.array(self.devices), (AXIS,))
+    self.sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
+    self.replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    self.device = self.devices[0]  # Where the averaged model is evaluated.
+
+    def vmapped(f, donate=()):
+      return jax.jit(jax.vmap(f), donate_argnums=donate)
+
+    self.compute_grads = vmapped(fns.compute_grads)
+    self.apply_update = vmapped(fns.apply_update, donate=0)
+    self.local_step = vmapped(fns.local_step, donate=0)
+    self.skip_step = vmapped(fns.skip_step, donate=0)
+    tx = correction.decoupled_correction()
+    self.snapshot = vmapped(tx.init)
+    self.correct = vmapped(tx.update)
+    self.eval_step = jax.jit(fns.eval_step)
+    self._w = jax.device_put(np.asarray(weights, np.float32), self.replicated)
+    self._total = jax.jit(_weighted_total, out_shardings=(self.sharded, self.replicated))
+
+  def put(self, per_worker):
+    """Stacks per-worker values (a list or a dict by worker; arrays or pytrees) onto the worker
+    axis. Arrays whose first axes differ (unequal shards) are padded with zeros to the longest."""
+
+    def stack(*arrays):
+      arrays = [np.asarray(a) for a in arrays]
+      if arrays[0].ndim:
+        longest = max(len(a) for a in arrays)
+        pad = lambda a: np.zeros((longest - len(a),) + a.shape[1:], a.dtype)
+        arrays = [np.concatenate([a, pad(a)]) for a in arrays]
+      return np.stack(arrays)
+
+    stacked = jax.tree.map(stack, *[per_worker[i] for i in self.workers])
+    return jax.device_put(stacked, self.sharded)
+
+  def init_state(self, make):
+    return self.put([jax.device_get(make(i)) for i in self.workers])
+
+  # ------------------------------------------------------------------ collectives
+
+  def start(self, tree, label='', step=-1, blocking=False):
+    """Dispatches `sum_i w_i tree_i` (JAX runs it asynchronously); `wait` returns it."""
+    del blocking  # Nothing runs in the background here.
+    value, bad = self._total(jax.device_put(tree, self.replicated), self._w)
+    return Done(value, bad, label, step)
+
+  def wait(self, handle: Done):
+    """The average of a started collective; raises Diverged if a contribution was not finite."""
+    bad = np.asarray(jax.device_get(handle.bad))
+    if bad.any():
+      raise background.Diverged(np.flatnonzero(bad).tolist(), handle.step, handle.label)
+    return handle.value
+
+  def weighted_mean(self, tree, label='', step=-1):
+    return self.wait(self.start(tree, label, step))
+
+  # ------------------------------------------------------------------ the rest of the interface
+
+  def first(self, tree):
+    """Worker 0's copy of a tree that all workers hold alike, on `self.device`."""
+    return jax.device_put(jax.tree.map(lambda a: a[0], tree), self.device)
+
+  def mean_loss(self, losses) -> tuple[float, list[int]]:
+    """The epoch's training loss `sum_i w_i mean_t loss_i,t`, and the workers whose mean loss
+    is not finite (one transfer of the [steps, N] losses)."""
+    per_worker = np.mean(jax.device_get(jnp.stack(losses)), axis=0)
+    bad = np.flatnonzero(~np.isfinite(per_worker)).tolist()
+    return float(per_worker @ np.asarray(self.weights)), bad
+
+  def preflight(self, config, state):
+    pass  # One process: one config, one state.
+
+  def barrier(self):
+    pass
+
+  def gather(self, obj):
+    return [obj]
+
+  def close(self):
+    pass

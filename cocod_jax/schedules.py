@@ -1,0 +1,61 @@
+"""Batch sizes, weights, learning rate and communication period: pure functions of the config.
+
+Derived values are computed only here, so that an override (`--config.batch_size=64`) changes
+every quantity that follows from it consistently (ALGORITHMS.md, "Schedules" and
+"Heterogeneous clusters").
+"""
+
+import jax.numpy as jnp
+
+
+def batch_sizes(config) -> list[int]:
+  """Per-worker batch sizes M_i: proportional to `worker_speeds` under proportional sampling."""
+  n = config.num_workers
+  speeds = list(config.worker_speeds) or [1.0] * n
+  if not config.proportional_sampling:
+    return [config.batch_size] * n
+  slowest = min(speeds)
+  return [max(1, int(round(config.batch_size * s / slowest))) for s in speeds]
+
+
+def worker_weights(sizes) -> list[float]:
+  """`w_i = M_i / sum_j M_j` (ALGORITHMS.md): every average in the project uses these weights."""
+  total = float(sum(sizes))
+  return [m / total for m in sizes]
+
+
+def peak_learning_rate(config, sizes) -> float:
+  """`lr_1 * sum(M_i) / batch_size` under linear scaling, else `lr_1`: computed only here."""
+  lr = config.optimizer.learning_rate
+  if config.optimizer.lr_scaling == 'linear':
+    lr *= sum(sizes) / config.batch_size
+  return lr
+
+
+def learning_rate_fn(config, sizes, steps_per_epoch):
+  """lr_t: linear warm-up from lr_1 to the scaled rate, then decay at each of `decay_epochs`.
+
+  `decay_epochs` are 1-based: 81 means "from the start of the 81st epoch", as in the paper. The
+  function works on Python numbers (for messages) and on traced step counters alike.
+  """
+  base = config.optimizer.learning_rate
+  peak = peak_learning_rate(config, sizes)
+  warm = config.optimizer.warmup_epochs * steps_per_epoch
+  boundaries = [(e - 1) * steps_per_epoch for e in config.optimizer.decay_epochs]
+  factor = config.optimizer.decay_factor
+
+  def lr(t):
+    t = jnp.asarray(t, jnp.float32)
+    value = peak if warm == 0 else jnp.where(t < warm, base + (peak - base) * t / warm, peak)
+    for b in boundaries:
+      value = value * jnp.where(t >= b, factor, 1.0)
+    return value
+
+  return lr
+
+
+def period_at(config, step, steps_per_epoch) -> int:
+  """Communication period of a round starting at `step`: 1 during the warm-up epochs, then k."""
+  if step < config.algorithm.warmup_period_epochs * steps_per_epoch:
+    return 1
+  return config.algorithm.period

@@ -1,0 +1,177 @@
+"""The pure per-worker step functions and the train state (one worker, unbatched).
+
+Model state `x` (ALGORITHMS.md) is `params` plus BatchNorm `batch_stats`. The optimizer is SGD
+with momentum `mu` and weight decay `lambda` in the PyTorch form the paper used:
+`d = g + lambda * p; m <- mu * m + d; p <- p - lr_t * m`. The momentum buffer `m` is local to
+each worker by default (`algorithm.average_momentum=False`); BatchNorm statistics are averaged
+with the parameters by default (`algorithm.average_batch_stats=True`).
+
+Nothing here knows how many workers there are or where they run: `cluster/one_host.py` maps
+these functions over a leading worker axis with `jax.vmap`, `cluster/mpi.py` jits them for the
+one worker of its process. A worker's batch is chosen on the device from the epoch's index table
+and the worker's own step counter, so the loop uploads indices once per epoch, not every step.
+"""
+
+from typing import Any
+from typing import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from cocod_jax import input_pipeline
+from cocod_jax import schedules
+
+PyTree = Any
+
+
+class TrainState(NamedTuple):
+  """One worker's training state (a pytree; never holds threads, writers or communicators)."""
+
+  step: jnp.ndarray  # Local iteration t of this worker.
+  params: PyTree
+  batch_stats: PyTree
+  momentum: PyTree
+  key: jnp.ndarray  # This worker's augmentation key; folded with `step` each step.
+
+
+class WorkerData(NamedTuple):
+  """One worker's shard on its device, and the epoch's batches as indices into it.
+
+  Attributes:
+    x, y: the shard (padded to a common length on the one-host cluster).
+    mask: [M_max] 1.0 for the worker's M_i real examples of a batch, 0.0 for padding.
+    batches: [steps_per_epoch, M_max] int32 indices into the shard, one row per local step,
+      replaced once per epoch (a fresh shuffle).
+  """
+
+  x: jnp.ndarray
+  y: jnp.ndarray
+  mask: jnp.ndarray
+  batches: jnp.ndarray
+
+
+class StepFns(NamedTuple):
+  """Pure per-worker functions (unbatched: the cluster maps them over its workers)."""
+
+  compute_grads: Callable  # (state, data) -> (grads, new_batch_stats, loss)
+  apply_update: Callable  # (state, grads, batch_stats) -> state (t advances)
+  local_step: Callable  # (state, data) -> (state, loss)
+  skip_step: Callable  # state -> state (t advances, x unchanged)
+  eval_step: Callable  # (variables, x, y, mask) -> (summed loss, number correct)
+
+
+def preprocess(x, normalize):
+  if normalize == 'cifar':
+    x = x.astype(jnp.float32) / 255.0
+    return (x - jnp.array(input_pipeline.CIFAR_MEAN)) / jnp.array(input_pipeline.CIFAR_STD)
+  return x.astype(jnp.float32)
+
+
+def augment(key, images):
+  """Random crop (zero padding of 4, as in the usual CIFAR recipe) and horizontal flip."""
+  n, h, w, _ = images.shape
+  kx, ky, kf = jax.random.split(key, 3)
+  padded = jnp.pad(images, ((0, 0), (4, 4), (4, 4), (0, 0)))
+  dx = jax.random.randint(kx, (n,), 0, 9)
+  dy = jax.random.randint(ky, (n,), 0, 9)
+  crop = jax.vmap(lambda im, a, b: jax.lax.dynamic_slice(im, (a, b, 0), (h, w, im.shape[-1])))
+  out = crop(padded, dy, dx)
+  flip = jax.random.bernoulli(kf, 0.5, (n,))
+  return jnp.where(flip[:, None, None, None], out[:, :, ::-1], out)
+
+
+def cross_entropy(logits, y):
+  return -jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1)[:, 0]
+
+
+def make_step_fns(model, config, sizes, steps_per_epoch, normalize, augment_on) -> StepFns:
+  """Builds the step functions for `model` and the optimizer in `config`."""
+  lr_fn = schedules.learning_rate_fn(config, sizes, steps_per_epoch)
+  mu = config.optimizer.momentum
+  wd = config.optimizer.weight_decay
+
+  def compute_grads(state, data):
+    """g_i(x_t): gradient of the mean loss over this worker's real (mask=1) examples."""
+    row = jnp.mod(state.step, data.batches.shape[0])
+    idx = jax.lax.dynamic_index_in_dim(data.batches, row, keepdims=False)
+    x = preprocess(data.x[idx], normalize)
+    if augment_on:
+      x = augment(jax.random.fold_in(state.key, state.step), x)
+    y = data.y[idx]
+
+    def loss_fn(params):
+      logits, new_vars = model.apply(
+        {'params': params, 'batch_stats': state.batch_stats},
+        x,
+        train=True,
+        mask=data.mask,
+        mutable=['batch_stats'],
+      )
+      loss = jnp.sum(cross_entropy(logits, y) * data.mask) / jnp.sum(data.mask)
+      return loss, new_vars.get('batch_stats', {})
+
+    (loss, new_bs), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    return grads, new_bs, loss
+
+  def apply_update(state, grads, batch_stats):
+    """x_{t+1} = OPT(x_t, g): SGD with momentum and weight decay at lr_t; t advances."""
+    lr = lr_fn(state.step)
+    d = jax.tree.map(lambda g, p: g + wd * p, grads, state.params)
+    m = jax.tree.map(lambda m_, d_: mu * m_ + d_, state.momentum, d)
+    params = jax.tree.map(lambda p, m_: p - lr * m_, state.params, m)
+    return state._replace(step=state.step + 1, params=params, batch_stats=batch_stats, momentum=m)
+
+  def local_step(state, data):
+    grads, new_bs, loss = compute_grads(state, data)
+    return apply_update(state, grads, new_bs), loss
+
+  def skip_step(state):
+    """Pipe-SGD's step 0: the pipeline fills, x_1 = x_0."""
+    return state._replace(step=state.step + 1)
+
+  def eval_step(variables, x, y, mask):
+    logits = model.apply(variables, preprocess(x, normalize), train=False)
+    correct = (jnp.argmax(logits, -1) == y).astype(jnp.float32)
+    return jnp.sum(cross_entropy(logits, y) * mask), jnp.sum(correct * mask)
+
+  return StepFns(compute_grads, apply_update, local_step, skip_step, eval_step)
+
+
+def synced_part(state, config):
+  """The part of `x` that the algorithms average: params, plus statistics/momentum if configured."""
+  part = {'params': state.params}
+  if config.algorithm.average_batch_stats:
+    part['batch_stats'] = state.batch_stats
+  if config.algorithm.average_momentum:
+    part['momentum'] = state.momentum
+  return part
+
+
+def gradient_payload(grads, batch_stats, config):
+  """What S-SGD and Pipe-SGD allreduce each step: the gradient, plus the statistics if averaged."""
+  if config.algorithm.average_batch_stats:
+    return {'g': grads, 'bs': batch_stats}
+  return {'g': grads}
+
+
+def model_part(state):
+  """The whole model `x`: what is evaluated, averaged at the end and saved."""
+  return {'params': state.params, 'batch_stats': state.batch_stats}
+
+
+def with_part(state, part):
+  return state._replace(**part)
+
+
+def create_train_state(model, key, input_shape, worker: int) -> TrainState:
+  """The common x_0 (same `key` on every worker) with a per-worker augmentation key."""
+  variables = model.init(key, jnp.zeros((1,) + tuple(input_shape), jnp.float32), train=False)
+  params = variables['params']
+  return TrainState(
+    step=jnp.zeros((), jnp.int32),
+    params=params,
+    batch_stats=variables.get('batch_stats', {}),
+    momentum=jax.tree.map(jnp.zeros_like, params),
+    key=jax.random.fold_in(jax.random.fold_in(key, 1), worker),
+  )
