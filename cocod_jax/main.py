@@ -73,6 +73,7 @@ def _flag_error(error, argv) -> str:
       for part in field.split('.'):
         current = current[part]
       kind = type(current).__name__
+      why = why.strip('()').replace("'", '')
       return f'--config.{field}={value} is invalid; allowed: a value of type {kind} ({why})'
   return str(error).splitlines()[0].removeprefix('flag ').strip()
 
@@ -80,9 +81,13 @@ def _flag_error(error, argv) -> str:
 def parse_flags(argv):
   """absl's flag parsing, with every refusal turned into one line and exit status 2."""
   try:
-    return FLAGS(argv)
+    rest = FLAGS(argv)
+    # ml_collections defers a config file that failed to load until the config is first read.
+    if FLAGS['config'].present:
+      FLAGS.config.keys()
   except Exception as e:  # pylint: disable=broad-except
     _fail(_flag_error(e, argv))
+  return rest
 
 
 def _add_xla_flag(flag):

@@ -20,6 +20,17 @@ def _main(workdir, *overrides, config='configs/test.py'):
   )
 
 
+def _assert_refused(p, workdir, *words, status=2):
+  """Exit status, exactly one `error:` line holding every word, no traceback, nothing written."""
+  assert p.returncode == status, (p.returncode, p.stderr[-3000:])
+  errors = [line for line in p.stderr.splitlines() if line.startswith('error: ')]
+  assert len(errors) == 1, p.stderr[-3000:]
+  for word in words:
+    assert word in errors[0], (word, errors[0])
+  assert 'Traceback' not in p.stderr
+  assert not os.path.exists(workdir)
+
+
 @pytest.mark.parametrize('algorithm', ['ssgd', 'pipe_sgd', 'local_sgd', 'cocod_sgd'])
 def test_one_epoch_every_algorithm(tmp_path, algorithm):
   wd = tmp_path / 'run'
@@ -120,6 +131,79 @@ def test_labels_out_of_range_refused(tmp_path):
   assert not (tmp_path / 'run').exists()
 
 
-def test_misspelt_override_fails(tmp_path):
-  p = _main(tmp_path / 'run', '--config.algorithm.perod=3')
-  assert p.returncode != 0 and not (tmp_path / 'run').exists()
+# Mistakes on the command line itself (before the config is built), each one line naming the
+# field and what is allowed.
+COMMAND_LINE = {
+  'misspelt_field': (['--config.algorithm.perod=3'], ["'algorithm.perod'", "'algorithm.period'"]),
+  'misspelt_section': (['--config.optimiser.momentum=0.5'], ["'optimizer.momentum'"]),
+  'int_type': (['--config.num_epochs=abc'], ['--config.num_epochs=abc', 'int']),
+  'float_for_int': (['--config.batch_size=1.5'], ['--config.batch_size=1.5', 'int']),
+  'bool_type': (['--config.dataset.shuffle=maybe'], ['--config.dataset.shuffle', 'bool']),
+  'momentum_range': (['--config.optimizer.momentum=1.0'], ['optimizer.momentum', '[0, 1)']),
+  'seed_range': (['--config.seed=-1'], ['seed=-1']),
+  'devices': (['--config.one_host.devices=3'], ['one_host.devices=3', 'divisor of 2']),
+  'speeds_type': (["--config.worker_speeds=(1.0,'fast')"], ['worker_speeds', 'numbers > 0']),
+  'positional': (['extra'], ["unexpected arguments ['extra']"]),
+}
+
+
+@pytest.mark.parametrize('case', sorted(COMMAND_LINE))
+def test_command_line_mistake_is_one_line(tmp_path, case):
+  overrides, words = COMMAND_LINE[case]
+  _assert_refused(_main(tmp_path / 'run', *overrides), tmp_path / 'run', *words)
+
+
+def test_missing_config_file_is_one_line(tmp_path):
+  p = _main(tmp_path / 'run', config='configs/nonexistent.py')
+  _assert_refused(p, tmp_path / 'run', 'configs/nonexistent.py', 'no such config file')
+
+
+def test_verbose_shows_the_traceback(tmp_path):
+  p = _main(tmp_path / 'run', '--config.algorithm.perod=3', '--verbose')
+  assert p.returncode == 2 and 'Traceback' in p.stderr and "'algorithm.period'" in p.stderr
+
+
+def test_every_problem_gets_its_line(tmp_path):
+  p = _main(tmp_path / 'run', '--config.num_workers=0', '--config.optimizer.learning_rate=-1')
+  errors = [line for line in p.stderr.splitlines() if line.startswith('error: ')]
+  assert p.returncode == 2 and len(errors) == 2, p.stderr
+  assert 'num_workers=0' in errors[0] and 'optimizer.learning_rate=-1' in errors[1]
+
+
+def test_bad_npz_files_are_one_line(tmp_path):
+  # Not a zip at all, the first half of a valid file, and NaN features: each named with the file.
+  not_zip = tmp_path / 'not_zip.npz'
+  not_zip.write_bytes(b'this is not a numpy archive')
+  good = _npz(tmp_path, **_good_arrays())
+  with open(good, 'rb') as f:
+    blob = f.read()
+  truncated = tmp_path / 'truncated.npz'
+  truncated.write_bytes(blob[: len(blob) // 2])
+  arrays = _good_arrays()
+  arrays['x_train'][5, 1] = np.nan
+  nan_path = tmp_path / 'nan.npz'
+  np.savez(nan_path, **arrays)
+  for path in (not_zip, truncated, nan_path):
+    wd = tmp_path / f'run_{path.stem}'
+    p = _main(wd, '--config.dataset.name=npz', f'--config.dataset.path={path}')
+    _assert_refused(p, wd, str(path))
+
+
+def test_divergence_stops_with_one_line(tmp_path):
+  # lr 1e5 on the small CNN: the loss is NaN within the first round; the run stops at the first
+  # average that would take the NaN in, exits 3 and says why; results.json says it diverged.
+  wd = tmp_path / 'run'
+  p = _main(
+    wd,
+    '--config.backend=one_host',
+    '--config.algorithm.name=local_sgd',
+    '--config.optimizer.learning_rate=1e5',
+    config='configs/quickstart.py',
+  )
+  assert p.returncode == 3, p.stderr[-3000:]
+  errors = [line for line in p.stderr.splitlines() if line.startswith('error: ')]
+  assert len(errors) == 1 and 'Traceback' not in p.stderr, p.stderr[-3000:]
+  assert 'training diverged' in errors[0] and 'learning rate' in errors[0] and 'step' in errors[0]
+  res = json.loads((wd / 'results.json').read_text())
+  assert res['status'] == 'diverged' and res['diverged']['workers']
+  assert 'final' not in res and not (wd / 'final_params.npz').exists()

@@ -202,7 +202,7 @@ def test_stalled_collective_times_out(tmp_path):
   p = _fault(tmp_path, 'stall', '--config.comm.timeout_s=3')
   assert p.returncode != 0
   assert 'has not finished after' in p.stderr and 'comm.timeout_s=3' in p.stderr, p.stderr
-  assert 'the round of steps' in p.stderr or 'the gradients of step' in p.stderr
+  assert 'the round of steps' in p.stderr or 'the gradients of step' in p.stderr, p.stderr
   assert p.elapsed < 60
 
 
@@ -211,3 +211,22 @@ def test_killed_rank_ends_the_job(tmp_path):
   assert p.returncode != 0
   assert p.elapsed < 60
   assert not os.path.exists(tmp_path / 'results.json')
+
+
+def test_divergence_stops_every_rank(tmp_path):
+  # As tests/train_test.py's divergence test, on 2 ranks: rank 1's shard overflows; the flag in
+  # the allreduce tells every rank, before any takes the average in; all exit 3 with one line.
+  path, x, y = train_test._tiny_npz(tmp_path, n_train=40)
+  x = x.copy()
+  x[20:40] *= 1e30
+  np.savez(path, x_train=x, y_train=y, x_test=x[:5], y_test=y[:5])
+  c = train_test._config(path, 'local_sgd', workers=2, batch=5, epochs=3, period=3)
+  args = ['--config=configs/test.py', f'--workdir={tmp_path / "run"}', '--config.backend=mpi']
+  p = _mpirun(2, args + _overrides(c))
+  assert p.returncode == 3, p.stderr[-3000:]
+  for rank in (0, 1):
+    assert f'error: rank {rank}: training diverged: worker(s) [1]' in p.stderr, p.stderr
+  assert 'Traceback' not in p.stderr
+  res = json.loads((tmp_path / 'run' / 'results.json').read_text())
+  assert res['status'] == 'diverged' and res['diverged']['workers'] == [1]
+  assert res['diverged']['step'] == 2

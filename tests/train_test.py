@@ -4,15 +4,18 @@ The `linear` model starts at zero and every batch covers its worker's whole shar
 is deterministic and the NumPy transcription of ALGORITHMS.md gives the expected final model.
 """
 
+import collections
 import json
 import os
 
 import numpy as np
 import pytest
 
+from cocod_jax import algorithms
 from cocod_jax import config_validation
 from cocod_jax import input_pipeline
 from cocod_jax import schedules
+from cocod_jax import steps
 from cocod_jax import train
 from configs import test as test_config
 from tests import reference
@@ -149,3 +152,68 @@ def test_results_file(tmp_path):
   }
   assert on_disk['config']['algorithm']['name'] == 'cocod_sgd'
   assert any(f.startswith('events.out.tfevents') for f in os.listdir(tmp_path))
+
+
+@pytest.mark.parametrize('algorithm', ALGOS)
+def test_step_functions_compile_once(tmp_path, monkeypatch, algorithm):
+  # A counter in the Python body of each step function moves only while JAX traces it: 3 epochs
+  # with the period warm-up (rounds of 1, then of 3) and a fresh batch table every epoch must not
+  # compile anything twice.
+  traces = collections.Counter()
+  make = steps.make_step_fns
+
+  def counting(*args, **kwargs):
+    fns = make(*args, **kwargs)
+
+    def wrap(name, fn):
+      def traced(*a):
+        traces[name] += 1
+        return fn(*a)
+
+      return traced
+
+    names = ('compute_grads', 'apply_update', 'local_step', 'skip_step')
+    return fns._replace(**{n: wrap(n, getattr(fns, n)) for n in names})
+
+  monkeypatch.setattr(steps, 'make_step_fns', counting)
+  path, _, _ = _tiny_npz(tmp_path)
+  c = _config(path, algorithm, workers=3, batch=5, epochs=3, period=3)
+  c.dataset.shuffle = True
+  c.algorithm.warmup_period_epochs = 1
+  train.train_and_evaluate(c, str(tmp_path / 'run'))
+  assert traces and max(traces.values()) == 1, traces
+
+
+def test_loop_runs_under_the_transfer_guard(tmp_path, monkeypatch):
+  # An implicit transfer inside a step (here: a NumPy array sent to the device each step, as the
+  # old loop did with the batch indices) is an error between log points, so the loop never stalls
+  # on one by accident. (On a CPU, JAX guards host-to-device transfers only: reading a CPU array
+  # copies nothing.)
+  step = algorithms.local_sgd.LocalSGD.step
+
+  def leaky(self, state, data, t):
+    state, loss = step(self, state, data, t)
+    return state, loss + np.zeros(loss.shape, np.float32)
+
+  monkeypatch.setattr(algorithms.local_sgd.LocalSGD, 'step', leaky)
+  path, _, _ = _tiny_npz(tmp_path)
+  c = _config(path, 'local_sgd', workers=3, batch=10, epochs=1, period=3)
+  with pytest.raises(Exception, match='Disallowed host-to-device transfer'):
+    train.train_and_evaluate(c, str(tmp_path / 'run'))
+
+
+def test_divergence_names_the_worker_and_keeps_the_others_clean(tmp_path):
+  # Worker 1's shard has features of 1e30: its first local step overflows, the others stay
+  # finite. Local-SGD with period 3 finds it at the first average and stops there: the message
+  # names worker 1 only, and results.json records where.
+  path, x, y = _tiny_npz(tmp_path, n_train=60)
+  x = x.copy()
+  x[20:40] *= 1e30
+  np.savez(path, x_train=x, y_train=y, x_test=x[:5], y_test=y[:5])
+  c = _config(path, 'local_sgd', workers=3, batch=5, epochs=3, period=3)
+  with pytest.raises(train.Diverged, match=r'worker\(s\) \[1\].*the end of the round.*step 2'):
+    train.train_and_evaluate(c, str(tmp_path / 'run'))
+  res = json.loads((tmp_path / 'run' / 'results.json').read_text())
+  assert res['status'] == 'diverged' and res['diverged']['workers'] == [1]
+  assert res['diverged']['step'] == 2 and res['diverged']['learning_rate'] == pytest.approx(0.5)
+  assert not (tmp_path / 'run' / 'final_params.npz').exists()

@@ -15,6 +15,7 @@ class LocalSGD(base.RoundAlgorithm):
     with self.tl.span('step', 'step'):
       state, loss = self.tl.ready(self.cluster.local_step(state, data))
     if self.closes_round(t):
-      averaged = self.average(steps.synced_part(state, self.config), self.round_label(), t)
+      label = 'the model at the end of ' + self.round_label()
+      averaged = self.average(steps.synced_part(state, self.config), label, t)
       state = steps.with_part(state, averaged)
     return state, loss
