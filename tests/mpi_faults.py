@@ -34,14 +34,14 @@ def _inject(fault, rank):
     steps.create_train_state,
   )
 
-  def bad_reduce(self, job, flat):
+  def bad_reduce(self, *args, **kwargs):
     _calls['reduce'] += 1
     if _calls['reduce'] == 3:
       if fault == 'raise_in_thread' and rank == 0:
         raise RuntimeError('injected failure in the allreduce thread')
       if fault == 'stall' and rank == 1:
         time.sleep(3600)
-    return reduce_(self, job, flat)
+    return reduce_(self, *args, **kwargs)
 
   def bad_start(self, tree, label='', step=-1, blocking=False):
     _calls['start'] += 1

@@ -26,10 +26,10 @@ def check(staging, rank):
     gate = threading.Event()
     reduce_ = comm._reduce
 
-    def held_back(job, flat):
+    def held_back(*args, **kwargs):
       if not gate.wait(30):
         raise RuntimeError('the main thread never opened the gate')
-      return reduce_(job, flat)
+      return reduce_(*args, **kwargs)
 
     comm._reduce = held_back
     scale = rank + 1.0

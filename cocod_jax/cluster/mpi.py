@@ -53,37 +53,95 @@ class PreflightError(ValueError):
   """The ranks disagree on the config or on the parameters' shapes and dtypes."""
 
 
+SMALL_PAYLOAD_BYTES = 1 << 20
+
+
 class _Packer:
-  """Compiled pack/unpack of one pytree structure: `w_i * tree` flattened, plus the flags."""
+  """The staging of one pytree structure: its leaves' places in one flat host vector.
+
+  The weighted leaves `w_i * a_i` go into one send vector (reused) whose tail holds one divergence
+  flag per rank; it is allreduced into one receive vector (reused) and the leaves are copied back
+  to the device. The weighting is the one-host cluster's (w_i * a_i in float32, then the sum over
+  workers), so the two runtimes agree to the rounding of the sum's order.
+
+  Two ways in: a collective started in the background first takes fresh device buffers of the
+  weighted leaves (`scale`, compiled, with their finiteness: a later step that donates the tree
+  cannot touch them), which the thread copies into the send vector; a blocking one (nothing can
+  happen to the tree meanwhile) multiplies straight from the leaves into the send vector.
+  Why the leaves are packed on the host: XLA:CPU concatenates and slices far below memory speed
+  here (measured on 44.8 MB in 20 leaves: concatenate 27 ms, slicing back 16 ms, against 3.7 ms
+  for NumPy's copies and 4.5 ms for one batched `device_put`). Small payloads come back in one
+  transfer and a compiled split (0.24 ms for 80 KB in 20 leaves, against 0.73 ms batched).
+  """
 
   def __init__(self, tree, weight, rank, size):
     leaves, self.treedef = jax.tree.flatten(tree)
     for x in leaves:
       if x.dtype != jnp.float32:
         raise TypeError(f'can only average float32 leaves, got {x.dtype} {x.shape}')
-    shapes = [x.shape for x in leaves]
-    sizes = [int(np.prod(s)) for s in shapes]
-    self.length = sum(sizes) + size
-    flag = np.zeros((size,), np.float32)
-    flag[rank] = 1.0
+    self.shapes = [x.shape for x in leaves]
+    self.sizes = [int(np.prod(x.shape)) for x in leaves]
+    self.offsets = [int(o) for o in np.cumsum([0] + self.sizes[:-1])]
+    length = sum(self.sizes)
+    self.flags = slice(length, length + size)  # Where each rank's divergence flag goes.
+    self.rank, self.weight = rank, np.float32(weight)
+    self.send = np.zeros(length + size, np.float32)
+    self.recv = np.empty_like(self.send)
+    self.device_program = None  # Built on first use by the `device` staging.
 
-    # The same per-leaf arithmetic as the one-host cluster's average, (w_i * a_i) in float32,
-    # then the sum over workers, so the two runtimes agree to the rounding of the sum's order.
-    # The finiteness test reads the same leaves as the concatenation: XLA fuses the two.
-    def pack(t):
-      parts = [(a * weight).reshape(-1) for a in jax.tree.leaves(t)]
-      ok = jnp.all(jnp.stack([jnp.all(jnp.isfinite(p)) for p in parts]))
-      return jnp.concatenate(parts + [jnp.where(ok, 0.0, jnp.asarray(flag))])
+    def scale(t):
+      scaled = [a * self.weight for a in jax.tree.leaves(t)]
+      return scaled, jnp.isfinite(sum(jnp.sum(a) for a in scaled))  # Finite iff every term is.
 
-    def unpack(v):
-      out, start = [], 0
-      for shape, n in zip(shapes, sizes):
-        out.append(v[start : start + n].reshape(shape))
-        start += n
-      return jax.tree.unflatten(self.treedef, out)
+    def split(v):
+      parts = zip(self.offsets, self.sizes, self.shapes)
+      return [v[start : start + n].reshape(shape) for start, n, shape in parts]
 
-    self.pack = jax.jit(pack)
-    self.unpack = jax.jit(unpack)
+    self.scale = jax.jit(scale)
+    self.split = jax.jit(split)
+
+  def _flag(self, finite: bool):
+    self.send[self.flags] = 0.0
+    self.send[self.flags.start + self.rank] = 0.0 if finite else 1.0
+
+  def pack_scaled(self, scaled, finite) -> np.ndarray:
+    """Copies `scale`'s fresh leaves (and this rank's flag) into the send vector."""
+    for leaf, start, n in zip(scaled, self.offsets, self.sizes):
+      self.send[start : start + n] = np.asarray(leaf).reshape(-1)  # A GPU's D2H copy.
+    self._flag(bool(finite))
+    return self.send
+
+  def pack(self, tree) -> np.ndarray:
+    """Multiplies the leaves of `tree` by `w_i` straight into the send vector (blocking use)."""
+    for leaf, start, n in zip(jax.tree.leaves(tree), self.offsets, self.sizes):
+      np.multiply(np.asarray(leaf).reshape(-1), self.weight, out=self.send[start : start + n])
+    total = np.add.reduce(self.send[: self.flags.start], dtype=np.float64)
+    self._flag(bool(np.isfinite(total)))
+    return self.send
+
+  def unpack(self, recv, device):
+    """The leaves of the summed vector as a tree on `device` (complete when this returns, so that
+    `recv` can be reused)."""
+    if recv.nbytes <= SMALL_PAYLOAD_BYTES:
+      leaves = self.split(jax.device_put(recv, device))
+    else:
+      views = [recv[o : o + n].reshape(s) for o, n, s in zip(self.offsets, self.sizes, self.shapes)]
+      leaves = jax.device_put(views, device)
+    return jax.tree.unflatten(self.treedef, jax.block_until_ready(leaves))
+
+  def device_reduce(self, mpi4jax, comm, op):
+    """For `device` staging: one compiled program that packs, allreduces with mpi4jax on the
+    device and unpacks; it returns the summed tree and the flags."""
+    n = self.flags.stop - self.flags.start
+
+    def reduce_(scaled, finite):
+      flag = jnp.zeros((n,), jnp.float32).at[self.rank].set(jnp.where(finite, 0.0, 1.0))
+      flat = mpi4jax.allreduce(
+        jnp.concatenate([a.reshape(-1) for a in scaled] + [flag]), op=op, comm=comm
+      )
+      return jax.tree.unflatten(self.treedef, self.split(flat)), flat[self.flags]
+
+    return jax.jit(reduce_)
 
 
 class MPICommunicator:
@@ -120,47 +178,47 @@ class MPICommunicator:
     self.ctl = world.Clone()
     self._weight = np.float32(weights[self.rank])
     self._packers = {}
-    self._recv = {}  # Receive buffers of the host staging, one per payload length, reused.
     self._worker = background.BackgroundWorker(threaded, timeout_s, self.rank)
+    self._mpi4jax = None
     if staging == 'device':
       import mpi4jax  # pylint: disable=g-import-not-at-top
 
-      comm = self._comm
-      self._device_allreduce = jax.jit(lambda v: mpi4jax.allreduce(v, op=MPI.SUM, comm=comm))
+      self._mpi4jax = mpi4jax
 
   # ------------------------------------------------------------------ the collective
 
   def _packer(self, tree) -> _Packer:
     leaves, treedef = jax.tree.flatten(tree)
-    key = (treedef, tuple((x.shape, str(x.dtype)) for x in leaves))
-    if key not in self._packers:
-      self._packers[key] = _Packer(tree, self._weight, self.rank, self.size)
-    return self._packers[key]
+    key = (treedef, *[(x.shape, x.dtype) for x in leaves])
+    packer = self._packers.get(key)
+    if packer is None:
+      packer = self._packers[key] = _Packer(tree, self._weight, self.rank, self.size)
+    return packer
 
-  def _reduce(self, job, flat):
-    """Allreduce(SUM) of one packed vector, back on the compute device; raises on divergence.
+  def _reduce(self, job, packer, tree=None, scaled=None, finite=None):
+    """Allreduce(SUM) of one tree, back on the compute device; raises Diverged on a flag.
 
-    The span starts once the packed vector is computed, so `Tc` never includes the training
-    steps queued before it on the device.
+    Either `tree` (a blocking call, packed straight from it) or `scale`'s fresh `scaled` leaves
+    and their `finite` flag. The span starts once the input is computed, so `Tc` never includes
+    the training steps queued before it on the device.
     """
-    flat = jax.block_until_ready(flat)
+    jax.block_until_ready(tree if scaled is None else scaled)
     start = time.perf_counter()
     if self.staging == 'host':
-      send = np.asarray(flat)
-      recv = self._recv.get(send.shape[0])
-      if recv is None:
-        recv = self._recv[send.shape[0]] = np.empty_like(send)
-      self._comm.Allreduce(send, recv, op=self._mpi.SUM)
-      flags = recv[-self.size :].copy()
-      out = jax.device_put(recv, self.compute_device, may_alias=False)
+      send = packer.pack(tree) if scaled is None else packer.pack_scaled(scaled, finite)
+      self._comm.Allreduce(send, packer.recv, op=self._mpi.SUM)
+      flags = packer.recv[packer.flags]
+      out = None if flags.any() else packer.unpack(packer.recv, self.compute_device)
     else:
-      out = self._device_allreduce(flat)
-      flags = np.asarray(out[-self.size :])
-    if flags.any():
-      job.span = (start, time.perf_counter())
-      raise background.Diverged(np.flatnonzero(flags).tolist(), job.step, job.label)
-    out = jax.block_until_ready(out)  # `recv` is reused: the copy must be complete.
+      if scaled is None:
+        scaled, finite = packer.scale(tree)
+      if packer.device_program is None:
+        packer.device_program = packer.device_reduce(self._mpi4jax, self._comm, self._mpi.SUM)
+      out, flags = packer.device_program(scaled, finite)
+      out, flags = jax.block_until_ready(out), np.asarray(flags)
     job.span = (start, time.perf_counter())
+    if flags.any():
+      raise background.Diverged(np.flatnonzero(flags).tolist(), job.step, job.label)
     return out
 
   def start(self, tree, label='', step=-1, blocking=False):
@@ -169,14 +227,16 @@ class MPICommunicator:
     `blocking`: the caller waits for it at once, so it runs now on the caller's thread.
     """
     packer = self._packer(tree)
-    flat = packer.pack(tree)  # A fresh buffer: later (donating) steps cannot overwrite it.
-    job = self._worker.submit(lambda j: self._reduce(j, flat), label, step, inline=blocking)
-    job.unpack = packer.unpack
-    return job
+    if blocking:
+      reduce_ = lambda job: self._reduce(job, packer, tree=tree)
+    else:
+      scaled, finite = packer.scale(tree)  # Fresh buffers: later (donating) steps can't touch them.
+      reduce_ = lambda job: self._reduce(job, packer, scaled=scaled, finite=finite)
+    return self._worker.submit(reduce_, label, step, inline=blocking)
 
   def wait(self, job):
     """The averaged tree of `job`; raises CommTimeout, CommError or Diverged instead of hanging."""
-    return job.unpack(self._worker.wait(job))
+    return self._worker.wait(job)
 
   def weighted_mean(self, tree, label='', step=-1):
     """`sum_i w_i tree_i` on every rank, blocking, on the caller's thread."""
