@@ -98,6 +98,21 @@ def errors(config) -> list[str]:
       f'empty or one entry per worker (num_workers={config.num_workers})',
     )
     check(all(_is_number(s) and s > 0 for s in speeds), 'worker_speeds', speeds, 'numbers > 0')
+  if a.name == 'asynlocal_sgd' and config.proportional_sampling:
+    out.append(
+      "proportional_sampling=True is invalid with algorithm.name='asynlocal_sgd': AsynLocal-SGD "
+      'gives every worker the basic batch and lets the fast ones take more local steps instead; '
+      'allowed: proportional_sampling=False, or PS with ssgd, pipe_sgd, local_sgd, cocod_sgd'
+    )
+  if config.emulate_speeds:
+    if config.backend != 'mpi':
+      out.append(
+        f'emulate_speeds=True is invalid with backend={config.backend!r}: the one-host cluster '
+        "reproduces numbers, not time; allowed: backend='mpi'"
+      )
+    if not speeds:
+      out.append('emulate_speeds=True is invalid without worker_speeds; allowed: False, or set '
+                 'worker_speeds (one speed per worker)')  # fmt: skip
   return out
 
 

@@ -41,14 +41,19 @@ class WorkerData(NamedTuple):
   Attributes:
     x, y: the shard (padded to a common length on the one-host cluster).
     mask: [M_max] 1.0 for the worker's M_i real examples of a batch, 0.0 for padding.
-    batches: [steps_per_epoch, M_max] int32 indices into the shard, one row per local step,
-      replaced once per epoch (a fresh shuffle).
+    batches: [rows, M_max] int32 indices into the shard, one row per local step, replaced once
+      per epoch (a fresh shuffle); padded to the longest table on the one-host cluster.
+    rows: the worker's own number of rows (its local steps in an epoch).
+    first_step: the worker's step counter at the start of the epoch: local step `t` of the
+      worker takes row `(t - first_step) mod rows`.
   """
 
   x: jnp.ndarray
   y: jnp.ndarray
   mask: jnp.ndarray
   batches: jnp.ndarray
+  rows: jnp.ndarray
+  first_step: jnp.ndarray
 
 
 class StepFns(NamedTuple):
@@ -59,6 +64,9 @@ class StepFns(NamedTuple):
   local_step: Callable  # (state, data) -> (state, loss)
   skip_step: Callable  # state -> state (t advances, x unchanged)
   eval_step: Callable  # (variables, x, y, mask) -> (summed loss, number correct)
+  # (state, data, lr_step, active) -> (state, loss): a local step at learning rate lr_{lr_step},
+  # or (active False) no step at all, for workers that take different numbers of local steps.
+  masked_step: Callable
 
 
 def preprocess(x, normalize):
@@ -93,7 +101,7 @@ def make_step_fns(model, config, sizes, steps_per_epoch, normalize, augment_on) 
 
   def compute_grads(state, data):
     """g_i(x_t): gradient of the mean loss over this worker's real (mask=1) examples."""
-    row = jnp.mod(state.step, data.batches.shape[0])
+    row = jnp.mod(state.step - data.first_step, data.rows)
     idx = jax.lax.dynamic_index_in_dim(data.batches, row, keepdims=False)
     x = preprocess(data.x[idx], normalize)
     if augment_on:
@@ -114,17 +122,24 @@ def make_step_fns(model, config, sizes, steps_per_epoch, normalize, augment_on) 
     (loss, new_bs), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     return grads, new_bs, loss
 
-  def apply_update(state, grads, batch_stats):
-    """x_{t+1} = OPT(x_t, g): SGD with momentum and weight decay at lr_t; t advances."""
-    lr = lr_fn(state.step)
+  def update(state, grads, batch_stats, lr):
     d = jax.tree.map(lambda g, p: g + wd * p, grads, state.params)
     m = jax.tree.map(lambda m_, d_: mu * m_ + d_, state.momentum, d)
     params = jax.tree.map(lambda p, m_: p - lr * m_, state.params, m)
     return state._replace(step=state.step + 1, params=params, batch_stats=batch_stats, momentum=m)
 
+  def apply_update(state, grads, batch_stats):
+    """x_{t+1} = OPT(x_t, g): SGD with momentum and weight decay at lr_t; t advances."""
+    return update(state, grads, batch_stats, lr_fn(state.step))
+
   def local_step(state, data):
     grads, new_bs, loss = compute_grads(state, data)
     return apply_update(state, grads, new_bs), loss
+
+  def masked_step(state, data, lr_step, active):
+    grads, new_bs, loss = compute_grads(state, data)
+    new = update(state, grads, new_bs, lr_fn(lr_step))
+    return jax.tree.map(lambda a, b: jnp.where(active, a, b), new, state), loss
 
   def skip_step(state):
     """Pipe-SGD's step 0: the pipeline fills, x_1 = x_0."""
@@ -135,7 +150,7 @@ def make_step_fns(model, config, sizes, steps_per_epoch, normalize, augment_on) 
     correct = (jnp.argmax(logits, -1) == y).astype(jnp.float32)
     return jnp.sum(cross_entropy(logits, y) * mask), jnp.sum(correct * mask)
 
-  return StepFns(compute_grads, apply_update, local_step, skip_step, eval_step)
+  return StepFns(compute_grads, apply_update, local_step, skip_step, eval_step, masked_step)
 
 
 def synced_part(state, config):

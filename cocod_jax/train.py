@@ -47,7 +47,8 @@ class Plan(NamedTuple):
   sizes: list[int]  # M_i
   weights: list[float]  # w_i
   shards: list[np.ndarray]  # indices of each worker's examples
-  steps_per_epoch: int
+  rows: list[int]  # batches in each worker's shard: its local steps in an epoch
+  steps_per_epoch: int  # global steps
   total_steps: int
   model: Any
   fns: steps_lib.StepFns
@@ -57,9 +58,13 @@ class Plan(NamedTuple):
 def make_plan(config, dataset) -> Plan:
   sizes = schedules.batch_sizes(config)
   shards = input_pipeline.shard_indices(
-    len(dataset.x_train), sizes, config.dataset.shuffle, config.seed
+    len(dataset.x_train), schedules.shard_weights(config), config.dataset.shuffle, config.seed
   )
-  steps_per_epoch = min(len(s) // m for s, m in zip(shards, sizes))
+  rows = [len(s) // m for s, m in zip(shards, sizes)]
+  k = config.algorithm.period
+  periods = schedules.local_periods(config, k)
+  # An epoch ends when the first worker has used its whole shard (k_i = k: its rows).
+  steps_per_epoch = min(r * k // k_i for r, k_i in zip(rows, periods))
   augment_on = bool(config.dataset.augment) and dataset.augment_ok
   model = models.get_model(config.model.name, dataset.num_classes)
   fns = steps_lib.make_step_fns(
@@ -70,6 +75,7 @@ def make_plan(config, dataset) -> Plan:
     sizes,
     schedules.worker_weights(sizes),
     shards,
+    rows,
     steps_per_epoch,
     steps_per_epoch * config.num_epochs,
     model,
@@ -96,6 +102,8 @@ def place(cluster, config, plan: Plan, dataset):
     y=cluster.put({i: dataset.y_train[plan.shards[i]] for i in here}),
     mask=cluster.put({i: (np.arange(m_max) < plan.sizes[i]).astype(np.float32) for i in here}),
     batches=None,
+    rows=cluster.put({i: np.int32(plan.rows[i]) for i in here}),
+    first_step=None,
   )
   key = jax.random.PRNGKey(config.seed)
   shape = dataset.x_train.shape[1:]
@@ -104,18 +112,18 @@ def place(cluster, config, plan: Plan, dataset):
 
 
 def batch_table(config, plan: Plan, epoch: int, worker: int) -> np.ndarray:
-  """[steps, M_max] indices into `worker`'s shard for one epoch (columns >= M_i unused).
+  """[rows_i, M_max] indices into `worker`'s shard for one epoch (columns >= M_i unused).
 
   Drawn from a generator of its own per (seed, epoch, worker), so every runtime and every process
   draws the same batches without sharing a random stream.
   """
-  size, m_i = len(plan.shards[worker]), plan.sizes[worker]
+  size, m_i, rows = len(plan.shards[worker]), plan.sizes[worker], plan.rows[worker]
   if config.dataset.shuffle:
     order = np.random.default_rng([config.seed, epoch, worker]).permutation(size)
   else:
     order = np.arange(size)
-  out = np.zeros((plan.steps_per_epoch, max(plan.sizes)), np.int32)
-  out[:, :m_i] = order[: plan.steps_per_epoch * m_i].reshape(plan.steps_per_epoch, m_i)
+  out = np.zeros((rows, max(plan.sizes)), np.int32)
+  out[:, :m_i] = order[: rows * m_i].reshape(rows, m_i)
   return out
 
 
@@ -175,8 +183,18 @@ class Recorder:
       batch_sizes=plan.sizes,
       weights=plan.weights,
       steps_per_epoch=plan.steps_per_epoch,
+      workers=schedules.worker_table(config),
       epochs=self.records,
     )
+    waiting = [w for w in self.results['workers'] if w['idle_fraction_model'] > 0]
+    if waiting and self.enabled:
+      shares = ', '.join(f'{w["idle_fraction_model"]:.0%}' for w in waiting)
+      print(
+        f'heterogeneous cluster without balance: workers {[w["worker"] for w in waiting]} wait '
+        f'for the slowest, {shares} of each round by the time model (results.json: workers; '
+        'under MPI the measured waits are timing.ranks[r].exposed_comm_s)',
+        flush=True,
+      )
     self.writer = None
     if self.enabled:
       os.makedirs(workdir, exist_ok=True)
@@ -274,7 +292,11 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
     for epoch in range(1, config.num_epochs + 1):
       tl.epoch = epoch
       tables = {i: batch_table(config, plan, epoch, i) for i in cluster.workers}
-      data = data._replace(batches=cluster.put(tables))
+      first = algo.worker_steps((epoch - 1) * spe)
+      data = data._replace(
+        batches=cluster.put(tables),
+        first_step=cluster.put({i: np.int32(first[i]) for i in cluster.workers}),
+      )
       losses = []
       t0 = time.perf_counter()
       try:

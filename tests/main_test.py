@@ -144,6 +144,14 @@ COMMAND_LINE = {
   'devices': (['--config.one_host.devices=3'], ['one_host.devices=3', 'divisor of 2']),
   'speeds_type': (["--config.worker_speeds=(1.0,'fast')"], ['worker_speeds', 'numbers > 0']),
   'positional': (['extra'], ["unexpected arguments ['extra']"]),
+  'asynlocal_ps': (
+    ['--config.algorithm.name=asynlocal_sgd', '--config.proportional_sampling=True'],
+    ['proportional_sampling=True', 'asynlocal_sgd', 'basic batch'],
+  ),
+  'emulate_one_host': (
+    ['--config.emulate_speeds=True', '--config.worker_speeds=(1.0,2.0)'],
+    ['emulate_speeds=True', 'one_host'],
+  ),
 }
 
 

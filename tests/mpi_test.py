@@ -14,6 +14,7 @@ import pytest
 
 from cocod_jax import schedules
 from cocod_jax import train
+from tests import reference
 from tests import train_test
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,10 +45,12 @@ def _overrides(c):
     'num_epochs': c.num_epochs,
     'optimizer.learning_rate': c.optimizer.learning_rate,
     'optimizer.lr_scaling': c.optimizer.lr_scaling,
+    'optimizer.warmup_epochs': c.optimizer.warmup_epochs,
     'optimizer.decay_epochs': f'({c.optimizer.decay_epochs[0]},)',
     'model.name': c.model.name,
     'worker_speeds': '(' + ''.join(f'{v},' for v in c.worker_speeds) + ')',
     'proportional_sampling': c.proportional_sampling,
+    'emulate_speeds': c.emulate_speeds,
   }
   return [f'--config.{k}={v}' for k, v in flat.items()]
 
@@ -230,3 +233,38 @@ def test_divergence_stops_every_rank(tmp_path):
   res = json.loads((tmp_path / 'run' / 'results.json').read_text())
   assert res['status'] == 'diverged' and res['diverged']['workers'] == [1]
   assert res['diverged']['step'] == 2
+
+
+@pytest.mark.parametrize('algorithm', ALGOS + ('asynlocal_sgd',))
+def test_mpi_heterogeneous_matches_reference(tmp_path, algorithm):
+  # 2 ranks of speeds (1, 2): the PS variants (M_i = 5, 10) and AsynLocal-SGD (k_i = 2, 4 at
+  # k = 2, basic batch 5), shards (10, 20), a learning rate that changes every step; against the
+  # float64 transcription of ALGORITHMS.md, to float32 rounding.
+  path, x, y = train_test._tiny_npz(tmp_path, n_train=30)
+  ps = algorithm != 'asynlocal_sgd'
+  c = train_test._config(path, algorithm, 2, 5, 3, 2, speeds=(1.0, 2.0), ps=ps)
+  lr = train_test._warmup(c)
+  _run_mpi(c, tmp_path / 'mpi')
+  got = _params(tmp_path / 'mpi')
+  expected = reference.run(
+    algorithm, train_test._shards(x, y, [10, 20]), 3, 6, lambda t: lr(t, 2), 0.9, 1e-4, 2,
+    schedules.batch_sizes(c), speeds=(1.0, 2.0),
+  )  # fmt: skip
+  np.testing.assert_allclose(got['params/Dense_0/kernel'], expected[0], rtol=2e-5, atol=2e-6)
+  np.testing.assert_allclose(got['params/Dense_0/bias'], expected[1], rtol=2e-5, atol=2e-6)
+
+
+def test_emulated_speeds_change_time_not_numbers(tmp_path):
+  # Rank 0 at half speed waits after each local step; the model it ends with is the same.
+  path, _, _ = train_test._tiny_npz(tmp_path, n_train=30)
+  c = train_test._config(path, 'asynlocal_sgd', 2, 5, 3, 2, speeds=(1.0, 2.0), ps=False)
+  c.dataset.shuffle = True
+  _run_mpi(c, tmp_path / 'plain')
+  c.emulate_speeds = True
+  p = _run_mpi(c, tmp_path / 'slowed')
+  plain, slowed = _params(tmp_path / 'plain'), _params(tmp_path / 'slowed')
+  for k in plain:
+    np.testing.assert_array_equal(slowed[k], plain[k], err_msg=k)
+  res = json.loads((tmp_path / 'slowed' / 'results.json').read_text())
+  assert res['config']['emulate_speeds'] and [w['local_steps'] for w in res['workers']] == [2, 4]
+  assert 'communication hidden' in p.stdout

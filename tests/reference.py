@@ -1,7 +1,8 @@
 """An independent NumPy transcription of ALGORITHMS.md for the `linear` model (softmax regression).
 
 Written from the document, not from the library, so that the library's trajectories can be
-checked against it. Every worker's batch is its whole shard (deterministic), lr is constant.
+checked against it. Deterministic: worker i's shard is read in order, M_i examples a local step
+(its whole shard when M_i equals the shard's size), wrapping around; float64 throughout.
 """
 
 import numpy as np
@@ -31,18 +32,31 @@ def wavg(trees, weights):
   return [sum(w * t[j] for w, t in zip(weights, trees)) for j in range(len(trees[0]))]
 
 
-def run(algorithm, shards, num_classes, steps, lr, mu, wd, period, batch_sizes):
-  """Returns the final averaged [w, b] after `steps` local iterations of `algorithm`."""
+def run(algorithm, shards, num_classes, steps, lr, mu, wd, period, batch_sizes, speeds=None):
+  """Returns the final averaged [w, b] after `steps` global iterations of `algorithm`.
+
+  `lr` is a number or a function of the global step; `speeds` (C_i) matter to AsynLocal-SGD.
+  """
   n = len(shards)
+  lr_at = lr if callable(lr) else (lambda t: lr)
   weights = [m / sum(batch_sizes) for m in batch_sizes]
   d = shards[0][0].shape[1]
   zero = [np.zeros((d, num_classes)), np.zeros(num_classes)]
   x = [[a.copy() for a in zero] for _ in range(n)]
   m = [[a.copy() for a in zero] for _ in range(n)]
-  g = lambda i: grad(x[i][0], x[i][1], shards[i][0], shards[i][1], num_classes)
+  used = [0] * n  # Local steps taken by each worker: which rows of its shard come next.
+
+  def g(i):
+    rows = len(shards[i][1]) // batch_sizes[i]
+    r = used[i] % rows
+    part = slice(r * batch_sizes[i], (r + 1) * batch_sizes[i])
+    used[i] += 1
+    return grad(x[i][0], x[i][1], shards[i][0][part], shards[i][1][part], num_classes)
+
   pending = None
   snapshot = None
   for t in range(steps):
+    lr = lr_at(t)
     if algorithm == 'ssgd':
       gbar = wavg([g(i) for i in range(n)], weights)
       for i in range(n):
@@ -67,4 +81,18 @@ def run(algorithm, shards, num_classes, steps, lr, mu, wd, period, batch_sizes):
         x[i], m[i] = opt(x[i], m[i], g(i), lr, mu, wd)
       if (t + 1) % period == 0 or t + 1 == steps:
         x = [[a + (xi - si) for a, xi, si in zip(average, x[i], snapshot[i])] for i in range(n)]
+    elif algorithm == 'asynlocal_sgd':
+      # Round of k = period global steps from t: worker i takes k_i = max(1, floor(k C_i / C_min))
+      # local steps, local step s at lr_{t + floor(s k / k_i)}; then the plain mean (equal M).
+      if t % period == 0:
+        end = min(t + period, steps)
+        for i in range(n):
+          k_i = max(1, int(period * speeds[i] / min(speeds) + 1e-9))
+          for s in range(k_i):
+            if t + s * period // k_i >= end:
+              break  # The round is cut short by the end of training.
+            gi = g(i)
+            x[i], m[i] = opt(x[i], m[i], gi, lr_at(t + s * period // k_i), mu, wd)
+        mean = wavg(x, [1.0 / n] * n)
+        x = [[a.copy() for a in mean] for _ in range(n)]
   return wavg(x, weights)

@@ -20,7 +20,7 @@ from cocod_jax import train
 from configs import test as test_config
 from tests import reference
 
-ALGOS = ('ssgd', 'pipe_sgd', 'local_sgd', 'cocod_sgd')
+ALGOS = ('ssgd', 'pipe_sgd', 'local_sgd', 'cocod_sgd')  # Those that take proportional sampling.
 
 
 def _tiny_npz(tmp_path, n_train=30, dim=5, classes=3, seed=0):
@@ -32,7 +32,7 @@ def _tiny_npz(tmp_path, n_train=30, dim=5, classes=3, seed=0):
   return path, x[:n_train], y[:n_train]
 
 
-def _config(path, algorithm, workers, batch, epochs, period, speeds=()):
+def _config(path, algorithm, workers, batch, epochs, period, speeds=(), ps=True):
   c = test_config.get_config()
   c.dataset.name = 'npz'
   c.dataset.path = path
@@ -47,15 +47,34 @@ def _config(path, algorithm, workers, batch, epochs, period, speeds=()):
   c.optimizer.decay_epochs = (1000,)
   if speeds:
     c.worker_speeds = speeds
-    c.proportional_sampling = True
+    c.proportional_sampling = ps
   config_validation.validate(c)
   return c
 
 
-def _run(c, workdir):
-  train.train_and_evaluate(c, str(workdir))
+def _warmup(c, base=0.05, epochs=2):
+  """A learning rate that changes every step: linear scaling to sum(M_i) / M times `base`,
+  reached after a linear warm-up of `epochs` epochs; returns lr(t) written from ALGORITHMS.md."""
+  c.optimizer.learning_rate = base
+  c.optimizer.lr_scaling = 'linear'
+  c.optimizer.warmup_epochs = epochs
+  peak = base * sum(schedules.batch_sizes(c)) / c.batch_size
+
+  def lr(t, steps_per_epoch):
+    warm = epochs * steps_per_epoch
+    return base + (peak - base) * t / warm if t < warm else peak
+
+  return lr
+
+
+def _read(workdir):
   with np.load(os.path.join(workdir, 'final_params.npz')) as f:
     return f['params/Dense_0/kernel'], f['params/Dense_0/bias']
+
+
+def _run(c, workdir):
+  train.train_and_evaluate(c, str(workdir))
+  return _read(workdir)
 
 
 @pytest.mark.parametrize('algorithm', ALGOS)
@@ -217,3 +236,63 @@ def test_divergence_names_the_worker_and_keeps_the_others_clean(tmp_path):
   assert res['status'] == 'diverged' and res['diverged']['workers'] == [1]
   assert res['diverged']['step'] == 2 and res['diverged']['learning_rate'] == pytest.approx(0.5)
   assert not (tmp_path / 'run' / 'final_params.npz').exists()
+
+
+def _shards(x, y, sizes):
+  """Contiguous shards in file order, as the library makes them without shuffling."""
+  starts = np.cumsum([0] + list(sizes))
+  return [(x[a:b], y[a:b]) for a, b in zip(starts[:-1], starts[1:])]
+
+
+def test_asynlocal_matches_reference(tmp_path):
+  # Speeds (1, 2, 1, 2), k = 2: k_i = (2, 4, 2, 4); basic batch 5 for everyone; shards ~ M k_i =
+  # (10, 20, 10, 20); 2 global steps an epoch, 3 epochs. The fast workers take two local steps per
+  # global step, at learning rates lr_{t0} and lr_{t0 + 1} of a warm-up that changes every step.
+  path, x, y = _tiny_npz(tmp_path, n_train=60)
+  c = _config(path, 'asynlocal_sgd', 4, 5, 3, 2, speeds=(1.0, 2.0, 1.0, 2.0), ps=False)
+  lr = _warmup(c)
+  res = train.train_and_evaluate(c, str(tmp_path / 'run'))
+  assert res['steps_per_epoch'] == 2 and res['weights'] == [0.25] * 4
+  w, b = _read(tmp_path / 'run')
+  expected = reference.run(
+    'asynlocal_sgd', _shards(x, y, [10, 20, 10, 20]), 3, 6, lambda t: lr(t, 2), 0.9, 1e-4, 2,
+    [5, 5, 5, 5], speeds=(1.0, 2.0, 1.0, 2.0),
+  )  # fmt: skip
+  np.testing.assert_allclose(w, expected[0], rtol=2e-5, atol=2e-6)
+  np.testing.assert_allclose(b, expected[1], rtol=2e-5, atol=2e-6)
+  # The speeds matter: with equal speeds the reference ends elsewhere.
+  local = reference.run(
+    'asynlocal_sgd', _shards(x, y, [10, 20, 10, 20]), 3, 6, lambda t: lr(t, 2), 0.9, 1e-4, 2,
+    [5, 5, 5, 5], speeds=(1.0, 1.0, 1.0, 1.0),
+  )  # fmt: skip
+  assert not np.allclose(w, local[0], rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize('algorithm', ALGOS)
+def test_proportional_sampling_matches_reference(tmp_path, algorithm):
+  # Speeds (1, 2, 1, 2) with PS: M_i = (5, 10, 5, 10), shards (10, 20, 10, 20), weights M_i / 30,
+  # the learning rate scaled to 6x the basic one through a warm-up; 2 steps an epoch, 3 epochs.
+  path, x, y = _tiny_npz(tmp_path, n_train=60)
+  c = _config(path, algorithm, 4, 5, 3, 2, speeds=(1.0, 2.0, 1.0, 2.0))
+  lr = _warmup(c)
+  assert schedules.batch_sizes(c) == [5, 10, 5, 10]
+  train.train_and_evaluate(c, str(tmp_path / 'run'))
+  w, b = _read(tmp_path / 'run')
+  expected = reference.run(
+    algorithm, _shards(x, y, [10, 20, 10, 20]), 3, 6, lambda t: lr(t, 2), 0.9, 1e-4, 2,
+    [5, 10, 5, 10],
+  )  # fmt: skip
+  np.testing.assert_allclose(w, expected[0], rtol=2e-5, atol=2e-6)
+  np.testing.assert_allclose(b, expected[1], rtol=2e-5, atol=2e-6)
+
+
+def test_asynlocal_with_equal_speeds_is_local_sgd(tmp_path):
+  path, _, _ = _tiny_npz(tmp_path, n_train=60)
+  runs = {}
+  for algorithm in ('asynlocal_sgd', 'local_sgd'):
+    c = _config(path, algorithm, 3, 5, 3, 2, speeds=(1.5, 1.5, 1.5), ps=False)
+    c.dataset.shuffle = True
+    _warmup(c)
+    runs[algorithm] = _run(c, tmp_path / algorithm)
+  np.testing.assert_array_equal(runs['asynlocal_sgd'][0], runs['local_sgd'][0])
+  np.testing.assert_array_equal(runs['asynlocal_sgd'][1], runs['local_sgd'][1])

@@ -4,6 +4,7 @@ A new algorithm is one new file with a `base.Algorithm` subclass, its entry in `
 below (its config name), and its tests.
 """
 
+from cocod_jax.algorithms import asynlocal_sgd
 from cocod_jax.algorithms import base
 from cocod_jax.algorithms import cocod_sgd
 from cocod_jax.algorithms import local_sgd
@@ -11,7 +12,14 @@ from cocod_jax.algorithms import pipe_sgd
 from cocod_jax.algorithms import ssgd
 
 ALGORITHMS = {
-  cls.name: cls for cls in (ssgd.SSGD, pipe_sgd.PipeSGD, local_sgd.LocalSGD, cocod_sgd.CoCoDSGD)
+  cls.name: cls
+  for cls in (
+    ssgd.SSGD,
+    pipe_sgd.PipeSGD,
+    local_sgd.LocalSGD,
+    cocod_sgd.CoCoDSGD,
+    asynlocal_sgd.AsynLocalSGD,
+  )
 }
 
 

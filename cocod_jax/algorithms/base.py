@@ -71,6 +71,10 @@ class Algorithm:
   def finish(self):
     """After the last step: nothing in flight by default."""
 
+  def worker_steps(self, t: int) -> list[int]:
+    """Each worker's local step counter before global step `t` (one local step per step)."""
+    return [t] * self.cluster.num_workers
+
   # ------------------------------------------------------------------ helpers for subclasses
 
   def closes_round(self, t: int) -> bool:

@@ -312,10 +312,12 @@ class MPICluster:
     self.device = self.comm.compute_device
     # The state is donated to the step that replaces it (no second copy of the model in memory);
     # the communicator packs into buffers of its own, so an allreduce in flight is unaffected.
-    self.compute_grads = jax.jit(fns.compute_grads)
+    slow = _slowdown(config, self.rank)
+    self.compute_grads = slow(jax.jit(fns.compute_grads))
     self.apply_update = jax.jit(fns.apply_update, donate_argnums=0)
-    self.local_step = jax.jit(fns.local_step, donate_argnums=0)
+    self.local_step = slow(jax.jit(fns.local_step, donate_argnums=0))
     self.skip_step = jax.jit(fns.skip_step, donate_argnums=0)
+    self.masked_step = slow(jax.jit(fns.masked_step, donate_argnums=0))
     tx = correction.decoupled_correction()
     self.snapshot = jax.jit(tx.init)
     self.correct = jax.jit(tx.update)
@@ -356,6 +358,35 @@ class MPICluster:
 
   def close(self):
     self.comm.close()
+
+
+def _slowdown(config, rank):
+  """A wrapper that makes this worker's steps as slow as its `worker_speeds` entry says.
+
+  With `emulate_speeds`, a worker of speed C_i waits after each local step (the gradient or the
+  whole step) for `(C_max / C_i - 1)` times the step's measured compute time, so equal hardware
+  behaves like the paper's mixed cluster (the device idles, as a slower device would). Time only:
+  the numbers do not change. The first call of each function compiles, so it waits nothing.
+  """
+  speeds = [float(c) for c in config.worker_speeds]
+  factor = max(speeds) / speeds[rank] if config.emulate_speeds and speeds else 1.0
+  if factor == 1.0:
+    return lambda fn: fn
+
+  def wrap(fn):
+    calls = [0]
+
+    def slowed(*args):
+      start = time.perf_counter()
+      out = jax.block_until_ready(fn(*args))
+      calls[0] += 1
+      if calls[0] > 1:
+        time.sleep((factor - 1.0) * (time.perf_counter() - start))
+      return out
+
+    return slowed
+
+  return wrap
 
 
 def _local_device(world):

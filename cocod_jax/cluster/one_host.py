@@ -108,6 +108,7 @@ class OneHostCluster:
     self.apply_update = vmapped(fns.apply_update, donate=0)
     self.local_step = vmapped(fns.local_step, donate=0)
     self.skip_step = vmapped(fns.skip_step, donate=0)
+    self.masked_step = vmapped(fns.masked_step, donate=0)
     tx = correction.decoupled_correction()
     self.snapshot = vmapped(tx.init)
     self.correct = vmapped(tx.update)
