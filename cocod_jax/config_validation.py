@@ -61,6 +61,11 @@ def errors(config) -> list[str]:
   check(c.staging in STAGINGS, 'comm.staging', c.staging, list(STAGINGS))
   number('comm.timeout_s', c.timeout_s, 0)
   integer('timeline.sample_every', config.timeline.sample_every, 0)
+  k = config.checkpoint
+  integer('checkpoint.every_epochs', k.every_epochs, 0)
+  number('checkpoint.interval_s', k.interval_s, 0, strict=False)
+  integer('checkpoint.keep', k.keep, 1)
+  number('checkpoint.preempt_deadline_s', k.preempt_deadline_s, 0)
   check(config.model.name in models.MODELS, 'model.name', config.model.name, sorted(models.MODELS))
   d = config.dataset
   check(d.name in input_pipeline.DATASETS, 'dataset.name', d.name, list(input_pipeline.DATASETS))

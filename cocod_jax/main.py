@@ -26,7 +26,7 @@ config_flags.DEFINE_config_file('config', None, 'Training configuration file.', 
 flags.DEFINE_bool('verbose', False, 'Also print the Python traceback of a refused input.')
 flags.mark_flags_as_required(['config', 'workdir'])
 
-EXIT_USAGE, EXIT_DIVERGED = 2, 3
+EXIT_USAGE, EXIT_DIVERGED = 2, 3  # A preempted run exits with checkpoints.EXIT_PREEMPTED (75).
 _RANK = ''  # 'rank r: ' under MPI, so that every line says which process refused.
 
 
@@ -165,6 +165,7 @@ def main(argv):
       one_host.choose_devices(config.num_workers, config.one_host.devices, jax.devices())
     except ValueError as e:
       _fail(e)
+  from cocod_jax import checkpoints  # pylint: disable=g-import-not-at-top
   from cocod_jax import train  # pylint: disable=g-import-not-at-top
 
   def run():
@@ -172,6 +173,11 @@ def main(argv):
       train.train_and_evaluate(config, FLAGS.workdir, dataset)
     except train.Diverged as e:
       _fail(e, EXIT_DIVERGED)
+    except checkpoints.ResumeError as e:
+      _fail(e)
+    except checkpoints.Preempted as e:
+      print(f'{_RANK}{e}; run the same command again to continue', flush=True)
+      sys.exit(checkpoints.EXIT_PREEMPTED)
 
   if config.backend == 'mpi':
     from cocod_jax.cluster import mpi  # pylint: disable=g-import-not-at-top

@@ -109,6 +109,27 @@ class Timeline:
       jax.block_until_ready(tree)
     return tree
 
+  # ------------------------------------------------------------------ checkpoints
+
+  def state_dict(self) -> dict:
+    """The spans so far (times from this process's origin) and the sampling position (JSON)."""
+    now = time.perf_counter()
+    spans = [(n, c, b - self.origin, e - self.origin, th, a) for n, c, b, e, th, a in self.spans]
+    return {
+      'spans': spans,
+      'elapsed': now - self.origin,
+      'sampled_steps': {str(k): v for k, v in self.sampled_steps.items()},
+      'rounds': self._rounds,
+    }
+
+  def load_state_dict(self, d: dict):
+    """Continues a timeline: the earlier spans are placed just before now on this clock."""
+    shift = time.perf_counter() - d['elapsed']
+    self.origin = shift
+    self.spans = [(n, c, b + shift, e + shift, th, a) for n, c, b, e, th, a in d['spans']]
+    self.sampled_steps = collections.Counter({int(k): v for k, v in d['sampled_steps'].items()})
+    self._rounds = d['rounds']
+
   # ------------------------------------------------------------------ outputs
 
   def write_chrome_trace(self, path):

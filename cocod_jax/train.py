@@ -12,6 +12,7 @@ that average in (`background.Diverged`); so does a non-finite training loss at a
 results written then say `"status": "diverged"` and `Diverged` is raised for the entry point.
 """
 
+import dataclasses
 import json
 import os
 import time
@@ -19,13 +20,13 @@ from typing import Any
 from typing import Callable
 from typing import NamedTuple
 
-from absl import logging
 import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from cocod_jax import algorithms
+from cocod_jax import checkpoints
 from cocod_jax import config_validation
 from cocod_jax import input_pipeline
 from cocod_jax import models
@@ -35,6 +36,9 @@ from cocod_jax import timeline as timeline_lib
 from cocod_jax.cluster import background
 
 EVAL_BATCH = 1000
+# Under MPI the ranks decide together whether to checkpoint now (a SIGTERM, the interval) at most
+# this often, and only where they meet anyway: after a round's collective.
+POLL_STEPS = 10
 
 
 class Diverged(RuntimeError):
@@ -49,7 +53,6 @@ class Plan(NamedTuple):
   shards: list[np.ndarray]  # indices of each worker's examples
   rows: list[int]  # batches in each worker's shard: its local steps in an epoch
   steps_per_epoch: int  # global steps
-  total_steps: int
   model: Any
   fns: steps_lib.StepFns
   lr_fn: Callable
@@ -77,7 +80,6 @@ def make_plan(config, dataset) -> Plan:
     shards,
     rows,
     steps_per_epoch,
-    steps_per_epoch * config.num_epochs,
     model,
     fns,
     lr_fn,
@@ -173,10 +175,10 @@ class Recorder:
   the end or on divergence), metrics.jsonl (one line per epoch), TensorBoard scalars, the console.
   """
 
-  def __init__(self, workdir, config, plan: Plan, cluster):
+  def __init__(self, workdir, config, plan: Plan, cluster, records=()):
     self.workdir, self.num_epochs = workdir, config.num_epochs
     self.enabled = cluster.is_chief
-    self.records = []
+    self.records = list(records)  # Continued from a checkpoint when resuming.
     self.results = dict(
       config=config.to_dict(),
       backend=cluster.backend,
@@ -198,6 +200,9 @@ class Recorder:
     self.writer = None
     if self.enabled:
       os.makedirs(workdir, exist_ok=True)
+      # metrics.jsonl restarts from the checkpoint's history: epochs after it are run again.
+      with open(os.path.join(workdir, 'metrics.jsonl'), 'w') as f:
+        f.writelines(json.dumps(rec) + '\n' for rec in self.records)
       from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
 
       self.writer = SummaryWriter(workdir)
@@ -248,6 +253,118 @@ class Recorder:
       self.writer.close()
 
 
+@dataclasses.dataclass
+class Position:
+  """Where the loop is: what a checkpoint must hold besides the arrays."""
+
+  epoch: int = 1
+  step: int = 0  # The next global step.
+  train_time: float = 0.0
+  measured_time: float = 0.0  # Training time of the epochs after the first (compilation).
+  losses: list = dataclasses.field(default_factory=list)  # This epoch's, so far.
+
+  def add_time(self, seconds: float, measured: bool):
+    self.train_time += seconds
+    self.measured_time += seconds if measured else 0.0
+
+
+class Run(NamedTuple):
+  """The long-lived parts of one run that the loop's helpers work with."""
+
+  config: Any
+  plan: Plan
+  cluster: Any
+  algo: algorithms.base.Algorithm
+  tl: timeline_lib.Timeline
+  ckpt: checkpoints.Checkpointer
+  out: 'Recorder'
+  guard: checkpoints.PreemptionGuard
+
+
+class Stopwatch:
+  """Training time: `lap()` returns the seconds since the last lap (or the start)."""
+
+  def __init__(self):
+    self.last = time.perf_counter()
+
+  def lap(self) -> float:
+    now = time.perf_counter()
+    elapsed, self.last = now - self.last, now
+    return elapsed
+
+
+def save_checkpoint(run: Run, state, pos: Position):
+  """Writes a checkpoint at `pos.step` (the algorithm's collective in flight already drained)."""
+  tree = {'state': state}
+  if pos.losses:
+    tree['losses'] = jnp.stack(pos.losses)
+  if run.algo.state_dict():
+    tree['algo'] = run.algo.state_dict()
+  meta = dict(
+    dataclasses.asdict(pos),
+    losses=None,
+    config=run.config.to_dict(),
+    records=run.out.records,
+    algo=run.algo.host_state(),
+    timeline=run.tl.state_dict(),
+    rank=run.cluster.rank,
+  )
+  with jax.transfer_guard('allow'):
+    run.ckpt.save(pos.step, tree, meta)
+
+
+def resume(run: Run):
+  """(state, Position, records) from the newest complete checkpoint, or None to start afresh.
+
+  Raises:
+    checkpoints.ResumeError: the checkpoint was made by another number of processes or with a
+      config that differs in a field that changes results.
+  """
+  cluster, ckpt = run.cluster, run.ckpt
+  say = print if cluster.is_chief else (lambda *_: None)
+  step = cluster.agree(ckpt.latest(say))
+  if step is None:
+    return None
+  where, world = ckpt.step_dir(step), ckpt.world_of(step)
+  if world != cluster.processes:
+    raise checkpoints.ResumeError(
+      f'the checkpoint in {where} was written by {world} processes (MPI ranks) and this run has '
+      f'{cluster.processes}; resume it with `mpirun -np {world}`, or use another --workdir'
+    )
+  tree, meta = ckpt.restore(step)
+  diffs = checkpoints.config_differences(meta['config'], run.config.to_dict())
+  if diffs:
+    raise checkpoints.ResumeError(
+      f'the checkpoint in {where} was made with another config ({"; ".join(diffs)}); rerun with '
+      'the same config to continue it, or use another --workdir'
+    )
+  state = cluster.put_stacked(steps_lib.TrainState(**tree['state']))
+  run.algo.load_host_state(meta['algo'])
+  run.algo.load_state_dict(cluster.put_stacked(tree.get('algo', {})))
+  run.tl.load_state_dict(meta['timeline'])
+  fields = {k: meta[k] for k in ('epoch', 'step', 'train_time', 'measured_time')}
+  say(f'resuming from the checkpoint at step {step} (epoch {meta["epoch"]}) in {where}')
+  return state, Position(**fields, losses=list(tree.get('losses', []))), meta['records']
+
+
+def checkpoint_due(run: Run, boundary: int, sync_point: bool, last: dict, force=False):
+  """(checkpoint now, then stop) at this step boundary: for a SIGTERM on any rank (both), or for
+  the interval (checkpoint only).
+
+  Under MPI the ranks decide together, where they meet anyway (after a round's collective) and
+  at least POLL_STEPS steps apart, or at an epoch end (`force`); `last` holds the step and time
+  of the last poll and save.
+  """
+  often = sync_point and boundary - last['poll'] >= POLL_STEPS
+  if run.cluster.processes > 1 and not (often or force):
+    return False, False
+  last['poll'] = boundary
+  interval = run.config.checkpoint.interval_s
+  late = interval > 0 and time.perf_counter() - last['save'] >= interval
+  stop, late = run.cluster.any(run.guard.requested, late)
+  return stop or late, stop
+
+
 def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | None = None):
   """Trains with `config.algorithm.name` on `config.backend` and writes the results.
 
@@ -265,84 +382,112 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
   """
   dataset = dataset or config_validation.load_checked_dataset(config)
   plan = make_plan(config, dataset)
-  spe = plan.steps_per_epoch
+  spe, epochs, c = plan.steps_per_epoch, config.num_epochs, config.checkpoint
   cluster = make_cluster(config, plan)
   tl = timeline_lib.Timeline(cluster.backend == 'mpi', cluster.rank, config.timeline.sample_every)
-  ctx = algorithms.base.Context(cluster, config, tl, spe, plan.total_steps)
-  algo = algorithms.get(config.algorithm.name, ctx)
+  algo = algorithms.get(config.algorithm.name, algorithms.base.Context(cluster, config, tl, spe))
   data, state = place(cluster, config, plan, dataset)
   cluster.preflight(config, state)
   tests = test_batches(dataset, cluster.device)
-  out = Recorder(workdir, config, plan, cluster)
-  logging.info('%s: batches %s, %d steps/epoch', algo.name, plan.sizes, spe)
+  ckpt = checkpoints.Checkpointer(workdir, cluster.rank, cluster.processes, cluster.barrier, c.keep)
+  guard = checkpoints.PreemptionGuard(c.preempt_deadline_s)
+  run = Run(config, plan, cluster, algo, tl, ckpt, None, guard)
+  state, pos, records = resume(run) or (state, Position(), [])
+  run = run._replace(out=Recorder(workdir, config, plan, cluster, records))
+  measured_from = 2 if epochs >= 2 else 1  # Epoch 1 compiles every function.
+  last = {'poll': pos.step, 'save': time.perf_counter()}
 
   def stop(workers, step, what):
     """Writes results that say the run diverged and raises Diverged for the entry point."""
     rate = float(plan.lr_fn(step))
-    out.diverged(workers=workers, step=step, learning_rate=rate, what=what)
+    run.out.diverged(workers=workers, step=step, learning_rate=rate, what=what)
     raise Diverged(
       f'training diverged: worker(s) {workers} had non-finite values in {what} at step {step} '
       f'(epoch {step // spe + 1}, learning rate {rate:.4g}); stopped before any worker took '
       'them in (lower --config.optimizer.learning_rate or check the data)'
     )
 
-  train_time = measured_time = 0.0
-  measured_from = 2 if config.num_epochs >= 2 else 1  # Epoch 1 compiles every function.
-  try:
-    for epoch in range(1, config.num_epochs + 1):
-      tl.epoch = epoch
-      tables = {i: batch_table(config, plan, epoch, i) for i in cluster.workers}
-      first = algo.worker_steps((epoch - 1) * spe)
-      data = data._replace(
-        batches=cluster.put(tables),
-        first_step=cluster.put({i: np.int32(first[i]) for i in cluster.workers}),
-      )
-      losses = []
-      t0 = time.perf_counter()
-      try:
-        with jax.transfer_guard('disallow'):
-          for t in range((epoch - 1) * spe, epoch * spe):
-            if t == algo.round_end:
-              algo.round_start, algo.round_end = t, min(t + algo.round_length(t), plan.total_steps)
-              tl.begin_round(t, algo.round_end - t)
-            state, loss = algo.step(state, data, t)
-            tl.end_step(t)
-            losses.append(loss)
-          with tl.drain():
-            state = algo.drain(state)
-          jax.block_until_ready(state)
-      except background.Diverged as e:
-        stop(e.workers, e.step, e.label)
-      epoch_time = time.perf_counter() - t0
-      train_time += epoch_time
-      measured_time += epoch_time if epoch >= measured_from else 0.0
-      train_loss, bad = cluster.mean_loss(losses)
-      if not np.isfinite(train_loss):  # Every rank sees the same sum.
-        everyone = sorted(set(sum(cluster.gather(bad) or [], [])))
-        stop(everyone or bad, first_bad_step(losses, (epoch - 1) * spe), 'the training loss')
-      test_loss, test_acc = evaluate(cluster, state, tests, len(dataset.x_test))
-      cluster.barrier()  # The evaluation is not training time: all ranks resume together.
-      out.epoch(epoch=epoch, train_loss=train_loss, test_loss=test_loss,
-                test_accuracy=test_acc, train_time_s=train_time)  # fmt: skip
+  def checkpoint(watch, stop):
+    """Drains, writes a checkpoint (not training time), and stops here after a SIGTERM."""
+    nonlocal state
+    with jax.transfer_guard('allow'), tl.drain():
+      state = jax.block_until_ready(algo.drain(state))
+    pos.add_time(watch.lap(), pos.epoch >= measured_from)
+    save_checkpoint(run, state, pos)
+    watch.lap()
+    last['save'] = time.perf_counter()
+    if stop:
+      raise checkpoints.Preempted(f'preempted at step {pos.step}: checkpoint written')
 
-    t0 = time.perf_counter()
+  try:
+    with guard:
+      for epoch in range(pos.epoch, epochs + 1):
+        tl.epoch = pos.epoch = epoch
+        first = algo.worker_steps((epoch - 1) * spe)
+        data = data._replace(
+          batches=cluster.put({i: batch_table(config, plan, epoch, i) for i in cluster.workers}),
+          first_step=cluster.put({i: np.int32(first[i]) for i in cluster.workers}),
+        )
+        watch = Stopwatch()
+        try:
+          with jax.transfer_guard('disallow'):
+            for t in range(pos.step, epoch * spe):
+              if t == algo.round_end:
+                tl.begin_round(t, algo.begin_round(t))
+              state, loss = algo.step(state, data, t)
+              tl.end_step(t)
+              pos.losses.append(loss)
+              pos.step = t + 1
+              save, stop = checkpoint_due(run, t + 1, t + 1 == algo.round_end, last)
+              if save and t + 1 < epoch * spe:
+                checkpoint(watch, stop)
+            with tl.drain():
+              state = jax.block_until_ready(algo.drain(state))
+        except background.Diverged as e:
+          stop(e.workers, e.step, e.label)
+        pos.add_time(watch.lap(), epoch >= measured_from)
+        train_loss, bad = cluster.mean_loss(pos.losses)
+        if not np.isfinite(train_loss):  # Every rank sees the same sum.
+          everyone = sorted(set(sum(cluster.gather(bad) or [], [])))
+          stop(everyone or bad, first_bad_step(pos.losses, (epoch - 1) * spe), 'the training loss')
+        test_loss, test_acc = evaluate(cluster, state, tests, len(dataset.x_test))
+        cluster.barrier()  # The evaluation is not training time: all ranks resume together.
+        run.out.epoch(
+          epoch=epoch,
+          train_loss=train_loss,
+          test_loss=test_loss,
+          test_accuracy=test_acc,
+          train_time_s=pos.train_time,
+        )
+        pos.epoch, pos.losses = epoch + 1, []
+        save, stop = checkpoint_due(run, pos.step, True, last, force=True)  # The ranks meet here.
+        if save or (c.every_epochs and (epoch % c.every_epochs == 0 or epoch == epochs)):
+          checkpoint(watch, stop)
+
+    watch = Stopwatch()
     algo.finish()  # Pipe-SGD: the average still in flight after the last step is dropped.
     try:  # One last blocking average: every worker holds xhat, the model saved and reported.
-      final = cluster.weighted_mean(steps_lib.model_part(state), 'the final average', t + 1)
+      final = cluster.weighted_mean(steps_lib.model_part(state), 'the final average', pos.step)
     except background.Diverged as e:
       stop(e.workers, e.step, e.label)
     state = jax.block_until_ready(steps_lib.with_part(state, final))
-    train_time += time.perf_counter() - t0
+    pos.add_time(watch.lap(), False)
     test_loss, test_acc = evaluate(cluster, state, tests, len(dataset.x_test))
     timing = None
     if tl.enabled:
       os.makedirs(workdir, exist_ok=True)
       tl.write_chrome_trace(os.path.join(workdir, f'timeline_rank{cluster.rank}.json'))
-      measured_steps = spe * (config.num_epochs - measured_from + 1)
-      timing = cluster.gather(tl.summary(measured_from, measured_steps, measured_time))
+      measured_steps = spe * (epochs - measured_from + 1)
+      timing = cluster.gather(tl.summary(measured_from, measured_steps, pos.measured_time))
   finally:
-    out.close()
+    run.out.close()
     cluster.close()
-  final = dict(epoch=config.num_epochs, train_loss=train_loss, test_loss=test_loss,
-               test_accuracy=test_acc, train_time_s=train_time)  # fmt: skip
-  return out.completed(final, timing, cluster.first(steps_lib.model_part(state)))
+  records = run.out.records
+  final = dict(
+    epoch=epochs,
+    train_loss=records[-1]['train_loss'] if records else None,
+    test_loss=test_loss,
+    test_accuracy=test_acc,
+    train_time_s=pos.train_time,
+  )
+  return run.out.completed(final, timing, cluster.first(steps_lib.model_part(state)))

@@ -43,6 +43,11 @@ def base_config() -> ml_collections.ConfigDict:
   c.optimizer.warmup_epochs = 5
   c.optimizer.decay_epochs = (81,)
   c.optimizer.decay_factor = 0.1
+  c.checkpoint = ml_collections.ConfigDict()  # workdir/checkpoints; a rerun resumes from there.
+  c.checkpoint.every_epochs = 5  # After every n-th epoch and the last one (0: not by epochs).
+  c.checkpoint.interval_s = 1800.0  # Also when this much time passed since the last (0: never).
+  c.checkpoint.keep = 2  # Committed checkpoints kept.
+  c.checkpoint.preempt_deadline_s = 90.0  # After a SIGTERM, exit at once if not done by then.
   c.num_epochs = 120
   c.seed = 0
   return c

@@ -95,3 +95,21 @@ def test_slurm_example_with_a_stand_in_srun(tmp_path):
 def test_slurm_example_usage_error(tmp_path):
   p = _run(['bash', os.path.join(ROOT, 'launch', 'slurm_example.sbatch')])
   assert p.returncode != 0 and 'usage: sbatch' in p.stderr
+
+
+def test_slurm_example_requeues_a_preempted_job(tmp_path):
+  # A stand-in srun that exits 75 (a preempted run wrote its checkpoint): the script calls
+  # `scontrol requeue $SLURM_JOB_ID` (a stand-in that records its arguments) and exits 75.
+  bin_dir = tmp_path / 'bin'
+  bin_dir.mkdir()
+  (bin_dir / 'srun').write_text('#!/bin/sh\nexit 75\n')
+  (bin_dir / 'scontrol').write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/scontrol.args\n')
+  for name in ('srun', 'scontrol'):
+    (bin_dir / name).chmod(0o755)
+  env = dict(os.environ, PATH=f'{bin_dir}:{os.environ["PATH"]}', SLURM_NTASKS='2',
+             SLURM_SUBMIT_DIR=ROOT, SLURM_JOB_ID='4242')  # fmt: skip
+  script = os.path.join(ROOT, 'launch', 'slurm_example.sbatch')
+  p = subprocess.run(['bash', script, 'configs/test.py', str(tmp_path / 'run')], cwd=tmp_path,
+                     env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+  assert p.returncode == 75 and 'requeueing job 4242' in p.stderr, p.stderr
+  assert (tmp_path / 'scontrol.args').read_text().split() == ['requeue', '4242']

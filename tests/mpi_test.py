@@ -181,7 +181,7 @@ def test_config_mismatch_refused_on_every_rank(tmp_path):
 def _fault(tmp_path, fault, *extra, timeout=120):
   args = [f'--fault={fault}', '--config=configs/test.py', f'--workdir={tmp_path}',
           '--config.backend=mpi', '--config.num_epochs=3', *extra]  # fmt: skip
-  return _mpirun(2, args, timeout=timeout, script=('tests/mpi_faults.py',))
+  return _mpirun(2, args, timeout=timeout, script=('tests/faults.py',))
 
 
 def test_parameter_shape_mismatch_refused_on_every_rank(tmp_path):
@@ -193,7 +193,7 @@ def test_parameter_shape_mismatch_refused_on_every_rank(tmp_path):
 
 
 def test_failure_in_thread_ends_the_job(tmp_path):
-  p = _fault(tmp_path, 'raise_in_thread')
+  p = _fault(tmp_path, 'raise_in_thread', '--fault_rank=0')
   assert p.returncode != 0
   assert 'error: rank 0: the allreduce of' in p.stderr, p.stderr
   assert 'injected failure in the allreduce thread' in p.stderr
@@ -268,3 +268,69 @@ def test_emulated_speeds_change_time_not_numbers(tmp_path):
   res = json.loads((tmp_path / 'slowed' / 'results.json').read_text())
   assert res['config']['emulate_speeds'] and [w['local_steps'] for w in res['workers']] == [2, 4]
   assert 'communication hidden' in p.stdout
+
+
+# Checkpoints under MPI: 2 ranks, CoCoD-SGD (a snapshot average in flight at most boundaries),
+# 15 steps an epoch, rounds of 3, a checkpoint after every epoch; the final model of a run that
+# was stopped and run again must equal the uninterrupted one bit for bit.
+CKPT = ['--config=configs/test.py', '--config.backend=mpi', '--config.num_epochs=4',
+        '--config.checkpoint.every_epochs=1', '--config.comm.timeout_s=20']  # fmt: skip
+
+
+@pytest.fixture(scope='module')
+def straight_run(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp('straight')
+  p = _mpirun(2, CKPT + [f'--workdir={workdir}'])
+  assert p.returncode == 0, p.stderr[-3000:]
+  return _params(workdir)
+
+
+def _stopped_then_resumed(tmp_path, fault, step, expect_rc):
+  workdir = tmp_path / 'run'
+  args = [f'--fault={fault}', f'--fault_step={step}', f'--workdir={workdir}', *CKPT]
+  p = _mpirun(2, args, timeout=120, script=('tests/faults.py',))
+  assert p.returncode == expect_rc if expect_rc else p.returncode != 0, p.stderr[-3000:]
+  assert p.elapsed < 60 and not (workdir / 'results.json').exists()
+  again = _mpirun(2, CKPT + [f'--workdir={workdir}'])
+  assert again.returncode == 0, again.stderr[-3000:]
+  return p, again, _params(workdir)
+
+
+def _assert_same(resumed, straight):
+  assert resumed.keys() == straight.keys()
+  for k in straight:
+    np.testing.assert_array_equal(resumed[k], straight[k], err_msg=k)
+
+
+def test_sigterm_on_one_rank_checkpoints_all_and_resumes_exactly(tmp_path, straight_run):
+  # Rank 1 gets SIGTERM at step 20; the ranks agree at the end of the round 24-26 (at least 10
+  # steps after the poll of the epoch end at 15), write a checkpoint at 27 and exit 75.
+  p, again, resumed = _stopped_then_resumed(tmp_path, 'sigterm_at_step', 20, 75)
+  assert p.stdout.count('preempted at step 27: checkpoint written') == 2, p.stdout
+  assert 'resuming from the checkpoint at step 27 (epoch 2)' in again.stdout
+  _assert_same(resumed, straight_run)
+
+
+def test_killed_rank_then_rerun_resumes_exactly(tmp_path, straight_run):
+  # SIGKILL on rank 1 at step 40: the job ends; the rerun starts from the checkpoint at 30.
+  _, again, resumed = _stopped_then_resumed(tmp_path, 'kill_at_step', 40, None)
+  assert 'resuming from the checkpoint at step 30 (epoch 3)' in again.stdout
+  _assert_same(resumed, straight_run)
+
+
+def test_kill_while_writing_a_checkpoint_is_ignored(tmp_path, straight_run):
+  # Rank 1 dies after writing its part of the checkpoint at 30, before the commit.
+  _, again, resumed = _stopped_then_resumed(tmp_path, 'kill_in_checkpoint', 30, None)
+  assert 'skipping the incomplete checkpoint at step 30' in again.stdout
+  assert 'resuming from the checkpoint at step 15 (epoch 2)' in again.stdout
+  _assert_same(resumed, straight_run)
+
+
+def test_checkpoint_of_another_world_size_is_refused(tmp_path):
+  # A one-host run of 2 workers leaves a checkpoint of 1 process; 2 MPI ranks refuse it.
+  one = train_test.test_config.get_config()
+  one.checkpoint.every_epochs = 1
+  train.train_and_evaluate(one, str(tmp_path))
+  p = _mpirun(2, ['--config=configs/test.py', '--config.backend=mpi', f'--workdir={tmp_path}'])
+  assert p.returncode == 2, p.stderr[-3000:]
+  assert 'written by 1 processes (MPI ranks) and this run has 2' in p.stderr

@@ -41,6 +41,13 @@ class AsynLocalSGD(base.RoundAlgorithm):
     self.round_k = super().round_length(t)
     return self.round_k
 
+  def host_state(self):
+    return dict(super().host_state(), round_k=self.round_k)
+
+  def load_host_state(self, d):
+    super().load_host_state(d)
+    self.round_k = d['round_k']
+
   def _substeps(self, j):
     key = (self.round_k, j)
     if key not in self._active:
@@ -71,7 +78,7 @@ class AsynLocalSGD(base.RoundAlgorithm):
     while start < t:
       k = schedules.period_at(self.config, start, self.ctx.steps_per_epoch)
       periods = schedules.local_periods(self.config, k)
-      end = min(start + k, self.ctx.total_steps)
+      end = start + k
       for j in range(min(end, t) - start):
         done += steps_at(k, periods, j)
       start = end

@@ -9,8 +9,8 @@ per-worker functions and its `start` / `wait` / `weighted_mean`; the same code r
 one-host cluster and under MPI.
 
 Rounds: `round_length(t)` is the number of steps of the round that starts at step `t` (1 for
-algorithms that communicate every step). The loop keeps the round position, tells the step
-whether it closes its round, and times whole rounds on the timeline.
+algorithms that communicate every step). The loop starts rounds (`begin_round`), the algorithm
+keeps the round's position, and the timeline times whole rounds.
 """
 
 from typing import Any
@@ -34,7 +34,6 @@ class Context(NamedTuple):
   config: Any
   timeline: timeline_lib.Timeline
   steps_per_epoch: int
-  total_steps: int
 
 
 class Algorithm:
@@ -60,6 +59,11 @@ class Algorithm:
     del t
     return 1
 
+  def begin_round(self, t: int) -> int:
+    """The loop starts a round at step `t`; returns its length. Training may end inside it."""
+    self.round_start, self.round_end = t, t + self.round_length(t)
+    return self.round_end - self.round_start
+
   def step(self, state, data, t: int):
     """Local iteration `t`: returns (new state, this step's training loss per worker)."""
     raise NotImplementedError
@@ -70,6 +74,23 @@ class Algorithm:
 
   def finish(self):
     """After the last step: nothing in flight by default."""
+
+  # ------------------------------------------------------------------ checkpoints
+
+  def host_state(self) -> dict:
+    """The loop's round position (JSON), for a checkpoint."""
+    return {'round_start': self.round_start, 'round_end': self.round_end}
+
+  def load_host_state(self, d: dict):
+    self.round_start, self.round_end = d['round_start'], d['round_end']
+
+  def state_dict(self) -> dict:
+    """Arrays of a collective in flight, after `drain` (the value it will apply); none here."""
+    return {}
+
+  def load_state_dict(self, tree: dict):
+    """Takes back `state_dict()`'s arrays, already placed on the cluster's devices."""
+    del tree
 
   def worker_steps(self, t: int) -> list[int]:
     """Each worker's local step counter before global step `t` (one local step per step)."""

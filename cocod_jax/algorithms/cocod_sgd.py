@@ -8,6 +8,7 @@ At the start of a round a worker snapshots `s_i = x_i` and starts the weighted a
 allreduce is in flight at a time, and it overlaps the k local steps.
 """
 
+from cocod_jax import correction
 from cocod_jax import steps
 from cocod_jax.algorithms import base
 
@@ -42,7 +43,25 @@ class CoCoDSGD(base.RoundAlgorithm):
       self.pending = (base.Waited(self.wait(handle, drain=True), handle.label), snap)
     return state
 
+  def state_dict(self):
+    if self.pending is None:
+      return {}
+    waited, snap = self.pending
+    return {'average': waited.value, 'snapshot': snap.snapshot}
+
+  def load_state_dict(self, tree):
+    if 'average' in tree:
+      label = 'the snapshot of the round in progress at the restart'
+      self.pending = (
+        base.Waited(tree['average'], label),
+        correction.CorrectionState(tree['snapshot']),
+      )
+
   def finish(self):
+    # A round that training ends in the middle of is not corrected: the final average that
+    # follows gives sum_i w_i x_i either way, since with a = sum_i w_i s_i the corrected models
+    # average to a + sum_i w_i x_i - sum_i w_i s_i = sum_i w_i x_i. Not cutting the round short
+    # keeps a run that is continued for more epochs equal to one that ran them straight.
     if self.pending is not None and not isinstance(self.pending[0], base.Waited):
       self.cluster.wait(self.pending[0])
     self.pending = None

@@ -1,7 +1,8 @@
 """Local-SGD (Stich 2018; ALGORITHMS.md), period k.
 
 Each worker runs `x_i <- OPT(x_i, g_i(x_i))`; after the last step of every round (k steps, 1
-during the period warm-up) the workers block and set `x_i <- sum_j w_j x_j`.
+during the period warm-up) the workers block and set `x_i <- sum_j w_j x_j`. A round that training
+ends in the middle of needs no average of its own: the final average of the loop is that average.
 """
 
 from cocod_jax import steps

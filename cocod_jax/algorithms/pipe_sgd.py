@@ -36,6 +36,13 @@ class PipeSGD(base.Algorithm):
       self.pending = base.Waited(self.wait(self.pending, drain=True), self.pending.label)
     return state
 
+  def state_dict(self):
+    return {} if self.pending is None else {'pending': self.pending.value}
+
+  def load_state_dict(self, tree):
+    if 'pending' in tree:
+      self.pending = base.Waited(tree['pending'], 'the gradients of the step before the restart')
+
   def finish(self):
     if self.pending is not None and not isinstance(self.pending, base.Waited):
       self.cluster.wait(self.pending)  # The last average is dropped, but never left in flight.

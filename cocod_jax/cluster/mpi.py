@@ -304,7 +304,7 @@ class MPICluster:
     )
     if self.comm.size != config.num_workers:
       raise ValueError(f'num_workers={config.num_workers} but {self.comm.size} MPI ranks')
-    self.num_workers = self.comm.size
+    self.num_workers = self.processes = self.comm.size
     self.rank = self.comm.rank
     self.workers = [self.rank]  # The workers this process holds.
     self.is_chief = self.rank == 0
@@ -331,6 +331,24 @@ class MPICluster:
   def put(self, per_worker):
     """This worker's entry of a per-worker list (arrays or pytrees), on its device."""
     return jax.device_put(per_worker[self.rank], self.device)
+
+  def put_stacked(self, tree):
+    """This worker's arrays (as its part of a checkpoint holds them) onto its device."""
+    return jax.device_put(tree, self.device)
+
+  def any(self, *flags: bool) -> tuple[bool, ...]:
+    """For each flag, whether any rank raised it (one control-traffic allreduce: every rank
+    must call it)."""
+    everyone = np.zeros(len(flags), np.int32)
+    self.comm.ctl.Allreduce(np.asarray(flags, np.int32), everyone, op=self.comm._mpi.MAX)
+    return tuple(bool(f) for f in everyone)
+
+  def agree(self, value):
+    """`value` when every rank holds the same one; ValueError naming the ranks otherwise."""
+    everyone = self.comm.ctl.allgather(value)
+    if any(v != everyone[0] for v in everyone):
+      raise ValueError(f'the ranks disagree: {dict(enumerate(everyone))}')
+    return value
 
   def init_state(self, make):
     """The state of this worker, `make(rank)`, on its device."""

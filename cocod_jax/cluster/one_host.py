@@ -89,6 +89,7 @@ class OneHostCluster:
 
   backend = 'one_host'
   rank = 0
+  processes = 1
   is_chief = True
 
   def __init__(self, fns: steps_lib.StepFns, config, weights):
@@ -130,6 +131,18 @@ class OneHostCluster:
 
     stacked = jax.tree.map(stack, *[per_worker[i] for i in self.workers])
     return jax.device_put(stacked, self.sharded)
+
+  def put_stacked(self, tree):
+    """A tree of [N, ...] arrays (all workers', as a checkpoint holds them) onto the workers."""
+    return jax.device_put(tree, self.sharded)
+
+  def any(self, *flags: bool) -> tuple[bool, ...]:
+    """For each flag, whether any process raised it (here: the one process)."""
+    return tuple(bool(f) for f in flags)
+
+  def agree(self, value):
+    """The value every process holds (here: the one process's)."""
+    return value
 
   def init_state(self, make):
     return self.put([jax.device_get(make(i)) for i in self.workers])

@@ -1,0 +1,105 @@
+"""The entry point with one fault injected, for tests/mpi_test.py and tests/checkpoints_test.py.
+
+    launch/mpirun.sh -np 2 python tests/faults.py --fault=raise_in_thread <main flags>
+    python tests/faults.py --fault=kill_at_step --fault_step=7 <main flags>   (one-host)
+
+Faults, on rank `--fault_rank` (default 1; the one-host cluster is rank 0):
+`raise_in_thread` (the allreduce raises at its 3rd collective), `stall` (the allreduce sleeps in
+its 3rd collective, so the others time out), `kill_rank` (SIGKILL when starting the 5th
+collective), `shape` (a model whose last kernel has one extra column), `kill_at_step` (SIGKILL at
+the start of global step `--fault_step`), `sigterm_at_step` (SIGTERM to itself there: a
+preemption), `kill_in_checkpoint` (SIGKILL after writing its part of the first checkpoint at or
+after step `--fault_step`, before the commit).
+"""
+
+import os
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+import jax  # noqa: E402
+
+from cocod_jax import algorithms  # noqa: E402
+from cocod_jax import checkpoints  # noqa: E402
+from cocod_jax import main  # noqa: E402
+from cocod_jax import steps  # noqa: E402
+from cocod_jax.cluster import mpi  # noqa: E402
+
+FAULTS = ['raise_in_thread', 'kill_rank', 'stall', 'shape', 'kill_at_step', 'sigterm_at_step',
+          'kill_in_checkpoint']  # fmt: skip
+flags.DEFINE_enum('fault', None, FAULTS, 'The fault.')
+flags.DEFINE_integer('fault_rank', 1, 'The rank that fails.')
+flags.DEFINE_integer('fault_step', 0, 'The global step of the step faults.')
+
+_calls = {'reduce': 0, 'start': 0}
+
+
+def _rank():
+  return mpi.world()[0] if os.environ.get('OMPI_COMM_WORLD_SIZE') else 0
+
+
+def _inject(fault, step):
+  reduce_, start, create = (
+    mpi.MPICommunicator._reduce,
+    mpi.MPICommunicator.start,
+    steps.create_train_state,
+  )
+
+  def bad_reduce(self, *args, **kwargs):
+    _calls['reduce'] += 1
+    if _calls['reduce'] == 3:
+      if fault == 'raise_in_thread':
+        raise RuntimeError('injected failure in the allreduce thread')
+      if fault == 'stall':
+        time.sleep(3600)
+    return reduce_(self, *args, **kwargs)
+
+  def bad_start(self, *args, **kwargs):
+    _calls['start'] += 1
+    if fault == 'kill_rank' and _calls['start'] == 5:
+      os.kill(os.getpid(), signal.SIGKILL)
+    return start(self, *args, **kwargs)
+
+  def bad_create(model, key, input_shape, worker):
+    state = create(model, key, input_shape, worker)
+    if fault == 'shape':
+      kernel = state.params['Dense_0']['kernel']
+      state.params['Dense_0']['kernel'] = kernel[:, :1].repeat(kernel.shape[1] + 1, axis=1)
+    return state
+
+  mpi.MPICommunicator._reduce = bad_reduce
+  mpi.MPICommunicator.start = bad_start
+  steps.create_train_state = bad_create
+  for cls in algorithms.ALGORITHMS.values():
+
+    def stepped(self, state, data, t, _step=cls.step):
+      if t == step and fault in ('kill_at_step', 'sigterm_at_step'):
+        os.kill(os.getpid(), signal.SIGKILL if fault == 'kill_at_step' else signal.SIGTERM)
+      return _step(self, state, data, t)
+
+    cls.step = stepped
+  save = checkpoints.Checkpointer.save
+
+  def killed_save(self, at, tree, meta):
+    if fault == 'kill_in_checkpoint' and at >= step:  # Its part written, no meta, no commit.
+      os.makedirs(self.step_dir(at), exist_ok=True)
+      part = os.path.join(self.step_dir(at), f'rank_{self.rank}')
+      self._ocp.PyTreeCheckpointer().save(part, jax.device_get(tree))
+      os.kill(os.getpid(), signal.SIGKILL)
+    return save(self, at, tree, meta)
+
+  checkpoints.Checkpointer.save = killed_save
+
+
+def _main(argv):
+  if _rank() == flags.FLAGS.fault_rank:
+    _inject(flags.FLAGS.fault, flags.FLAGS.fault_step)
+  main.main(argv)
+
+
+if __name__ == '__main__':
+  app.run(_main, flags_parser=main.parse_flags)
