@@ -407,7 +407,7 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
       'them in (lower --config.optimizer.learning_rate or check the data)'
     )
 
-  def checkpoint(watch, stop):
+  def checkpoint(watch, preempt):
     """Drains, writes a checkpoint (not training time), and stops here after a SIGTERM."""
     nonlocal state
     with jax.transfer_guard('allow'), tl.drain():
@@ -416,7 +416,7 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
     save_checkpoint(run, state, pos)
     watch.lap()
     last['save'] = time.perf_counter()
-    if stop:
+    if preempt:
       raise checkpoints.Preempted(f'preempted at step {pos.step}: checkpoint written')
 
   try:
@@ -438,9 +438,9 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
               tl.end_step(t)
               pos.losses.append(loss)
               pos.step = t + 1
-              save, stop = checkpoint_due(run, t + 1, t + 1 == algo.round_end, last)
+              save, preempt = checkpoint_due(run, t + 1, t + 1 == algo.round_end, last)
               if save and t + 1 < epoch * spe:
-                checkpoint(watch, stop)
+                checkpoint(watch, preempt)
             with tl.drain():
               state = jax.block_until_ready(algo.drain(state))
         except background.Diverged as e:
@@ -460,9 +460,9 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
           train_time_s=pos.train_time,
         )
         pos.epoch, pos.losses = epoch + 1, []
-        save, stop = checkpoint_due(run, pos.step, True, last, force=True)  # The ranks meet here.
+        save, preempt = checkpoint_due(run, pos.step, True, last, force=True)  # Ranks meet here.
         if save or (c.every_epochs and (epoch % c.every_epochs == 0 or epoch == epochs)):
-          checkpoint(watch, stop)
+          checkpoint(watch, preempt)
 
     watch = Stopwatch()
     algo.finish()  # Pipe-SGD: the average still in flight after the last step is dropped.

@@ -74,7 +74,8 @@ def test_pipe_table_adds_the_refill_of_each_epoch():
 def test_render_reports_each_target():
   report = _report()
   text = bench.render(report)
-  assert text.startswith('# Benchmark (2 runs per row; median [min, max])')
+  assert text.startswith('# Benchmark (median [min, max] over the runs)')
+  assert '## Overlap on the simulated link (2 runs per row)' in text
   # CoCoD rounds 1.1 and 1.2 x max(k Tp, Tc): median 1.15, met; Local/CoCoD 1.6 and 1.44: met;
   # the speedup over S-SGD is 4x.
   assert report['targets'] == [
@@ -87,3 +88,46 @@ def test_render_reports_each_target():
   report['ratios'][0]['rows'] = bench.summarize(report['ratios'][0]['runs'], 600e3, 3.0)
   bench.render(report)
   assert report['targets'][1].endswith('MISSED')
+
+
+def test_overhead_and_comm_targets():
+  runs = [{'bare_ms': 1.0, 'framework_ms': f, 'ratio': f} for f in (1.04, 1.08)]
+  overhead = {'epochs': 6, 'runs': runs}
+  lines = bench.overhead_lines(overhead)
+  assert lines[-1] == '- framework / bare step time = 1.060 [1.040, 1.080] (target <= 1.05): MISSED'
+  comm = [
+    {'link': 'shared memory', 'rows': [
+      {'payload': 'cnn', 'bytes': 78400, 'leaves': 10, 'raw_ms': 0.05, 'blocking_ms': 0.3,
+       'thread_ms': 0.5},
+      {'payload': 'resnet18', 'bytes': 44.7e6, 'leaves': 62, 'raw_ms': 25.0, 'blocking_ms': 60.0,
+       'thread_ms': 61.0}]},
+    {'link': '1gbit', 'rows': [
+      {'payload': 'resnet18', 'bytes': 44.7e6, 'leaves': 62, 'raw_ms': 700.0,
+       'blocking_ms': 740.0, 'thread_ms': 745.0}]},
+  ]  # fmt: skip
+  lines = bench.comm_lines(comm)
+  assert (
+    '- fixed cost, 78 KB over shared memory: +0.250 ms over raw (target <= 0.3 ms): met' in lines
+  )
+  assert '- 44.7 MB over shared memory: 2.40x raw (no target: memory-bound)' in lines
+  assert '- 44.7 MB over 1gbit: 1.06x raw (target <= 1.10): met' in lines
+
+
+def test_hetero_model_and_rows():
+  # Slow rank's step 0.2 s, Tc 0.2 s, k = 5: S-SGD 0.4, Pipe+PS 0.2, AsynLocal 0.24, CoCoD+PS 0.2.
+  got = [bench.predicted_hetero(a, ps, 0.2, 0.2) for _, a, ps in bench.HETERO]
+  np.testing.assert_allclose(got, [0.4, 0.4, 0.2, 0.24, 0.2], rtol=1e-9)
+
+  def run(step, spe, hidden=0.0):
+    return {'step_time_s': step, 'steps_per_epoch': spe, 'Tc_s': 0.2, 'hidden_fraction': hidden,
+            'ranks': [{'Tp_s': 0.2}, {'Tp_s': 0.1}]}  # fmt: skip
+
+  runs = {'S-SGD': [run(0.4, 15)], 'S-SGD+PS': [run(0.4, 10)], 'Pipe-SGD+PS': [run(0.25, 10)],
+          'AsynLocal-SGD': [run(0.25, 10)], 'CoCoD-SGD+PS': [run(0.2, 10, 1.0)]}  # fmt: skip
+  lines = bench.hetero_lines({'rate_kbit': 600e3, 'runs': runs})
+  cocod = [line for line in lines if line.startswith('| CoCoD-SGD+PS')][0]
+  # Epoch: 15 x 0.4 = 6 s against 10 x 0.2 = 2 s: 3x measured, and 3x by the model.
+  assert (
+    '| 2.00 [2.00, 2.00] | 3.00 [3.00, 3.00]x | 200.0 [200.0, 200.0] | 3.00 [3.00, 3.00]x' in cocod
+  )
+  assert lines[-1].endswith(': met')
