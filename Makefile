@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 DATASET ?= cifar10
 DATA_DIR ?=
 
-.PHONY: quickstart test lint bench venv data lock clean
+.PHONY: quickstart test lint bench paper-cpu venv data lock clean
 
 venv: $(STAMP)
 
@@ -49,6 +49,11 @@ data: $(STAMP)
 # The benchmarks (root only: the simulated network); writes runs/bench/bench.md.
 bench: $(STAMP)
 	$(PY) launch/bench.py --out=runs/bench
+
+# Every artefact of the paper at CPU scale (root: the timing figures use the simulated link);
+# writes runs/paper/{table1,table2,fig2,...}.{md,json,png}. A second run reruns nothing.
+paper-cpu: $(STAMP)
+	$(PY) -m cocod_jax.experiments.paper --scale=cpu --link_rate=1gbit --workdir=runs/paper
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests

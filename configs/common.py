@@ -40,7 +40,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.optimizer.momentum = 0.9
   c.optimizer.weight_decay = 1e-4
   c.optimizer.lr_scaling = 'linear'
-  c.optimizer.warmup_epochs = 5
+  c.optimizer.warmup_epochs = 5.0
   c.optimizer.decay_epochs = (81,)
   c.optimizer.decay_factor = 0.1
   c.checkpoint = ml_collections.ConfigDict()  # workdir/checkpoints; a rerun resumes from there.

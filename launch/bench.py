@@ -10,6 +10,8 @@ Sections (each its own table and targets in bench.md):
 - `comm`: the MPI communicator against raw mpi4py on the same bytes and 2 ranks
   (launch/bench_comm.py), over shared memory and over the simulated link (targets: 80 KB within
   0.3 ms of raw; 44.7 MB on the link within 10% of raw).
+- `checkpoint`: seconds to write and restore a checkpoint of ResNet18-sized state, one worker and
+  16 stacked (launch/bench_checkpoint.py).
 - `overlap`: the four algorithms on 2 MPI ranks inside `launch/simnet.sh`, whose loopback is
   rate-limited, so the allreduce really crosses a slow link. Calibration: S-SGD (nothing
   overlaps, so its Tp and Tc are clean) at two link rates; a fit `Tc = a + b / rate` gives the
@@ -46,7 +48,7 @@ from launch import plot_timeline  # noqa: E402
 ALGOS = ('ssgd', 'pipe_sgd', 'local_sgd', 'cocod_sgd')
 NAMES = dict(ssgd='S-SGD', pipe_sgd='Pipe-SGD', local_sgd='Local-SGD', cocod_sgd='CoCoD-SGD')
 K = 5  # configs/bench.py's period.
-SECTIONS = ('overhead', 'comm', 'overlap', 'hetero')
+SECTIONS = ('overhead', 'comm', 'checkpoint', 'overlap', 'hetero')
 # The heterogeneous case: rank 0 at half speed; (name, algorithm, proportional sampling).
 HETERO = (
   ('S-SGD', 'ssgd', False),
@@ -328,6 +330,21 @@ def comm_lines(comm):
   return lines + [''] + targets
 
 
+def checkpoint_lines(result):
+  lines = [
+    '## Checkpoint cost (ResNet18 train state: parameters, momentum, BatchNorm statistics)',
+    '',
+    '| workers | MB on disk | write s | restore s |',
+    '|---|---|---|---|',
+  ]
+  for row in result['rows']:
+    lines.append(
+      f'| {row["workers"]} | {row["bytes"] / 1e6:.0f} | {spread(row["write_s"], "{:.2f}")} '
+      f'| {spread(row["restore_s"], "{:.2f}")} |'
+    )
+  return lines
+
+
 def predicted_hetero(algorithm, ps, tp_slow, tc, k=K):
   """Time per global step of a mixed cluster (ALGORITHMS.md): the slowest worker's step without
   balance; balanced (PS, AsynLocal-SGD) the homogeneous model with the balanced step, which on
@@ -384,6 +401,8 @@ def render(report):
     lines += overhead_lines(report['overhead']) + ['']
   if 'comm' in report:
     lines += comm_lines(report['comm']) + ['']
+  if 'checkpoint' in report:
+    lines += checkpoint_lines(report['checkpoint']) + ['']
   if 'ratios' in report:
     lines += overlap_lines(report) + ['']
   if 'hetero' in report:
@@ -477,6 +496,12 @@ def measure(out, sections):
     report['overhead'] = measure_overhead(out)
   if 'comm' in sections:
     report['comm'] = measure_comm(out)
+  if 'checkpoint' in sections:
+    print('checkpoint cost:', flush=True)
+    path = os.path.join(out, 'checkpoint.json')
+    _script(sys.executable, 'launch/bench_checkpoint.py', f'--out={path}')
+    with open(path) as f:
+      report['checkpoint'] = json.load(f)
   if 'overlap' in sections or 'hetero' in sections:
     write_data(os.path.join(out, 'synthetic.npz'))
     print('calibration (S-SGD at two link rates):', flush=True)

@@ -1,0 +1,142 @@
+"""The artefacts themselves: each a function of the flags that runs its sweep and renders it.
+
+The entry points (`table1.py`, ...) are a few lines around these; `paper.py` calls them all.
+Each returns 0 when its sweep finished (every point done or diverged) and 1 otherwise; a sweep
+that did not run (a dry run, a Slurm submission) renders nothing.
+"""
+
+from cocod_jax.experiments import common
+from cocod_jax.experiments import published
+from configs import figure4
+from configs import scales
+from configs import table1
+from configs import table2
+
+FLAGS = common.FLAGS
+
+
+def _tasks(points):
+  return sorted({p.arg['task'] for p in points}, key=list(scales.TASKS).index)
+
+
+def _algos(points, order):
+  return [a for a in order if any(p.arg['algo'] == a for p in points)]
+
+
+def _finished(points) -> int:
+  return 0 if all(p.state in ('DONE', 'DIVERGED') for p in points) else 1
+
+
+def table(number: int) -> int:
+  exp, paper = (table1, published.TABLE1) if number == 1 else (table2, published.TABLE2)
+  points = common.run(f'configs/table{number}.py:scale={FLAGS.scale},seeds={FLAGS.seeds}')
+  if points is None:
+    return 1
+  title = (
+    'Table 1: best test accuracy, 16 homogeneous workers'
+    if number == 1
+    else 'Table 2: best test accuracy, 16 workers, 8 at half speed'
+  )
+  text, data = common.accuracy_table(
+    title, points, _algos(points, exp.ALGOS), _tasks(points), paper, scales.task_title, 'one_host'
+  )
+  print(text)
+  common.write(f'table{number}', text, data)
+  return _finished(points)
+
+
+def loss_figure(number: int) -> int:
+  """Figures 2 and 5: training loss against epochs (the runs of Tables 1 and 2)."""
+  table_number, exp = (1, table1) if number == 2 else (2, table2)
+  points = common.run(f'configs/table{table_number}.py:scale={FLAGS.scale},seeds={FLAGS.seeds}')
+  if points is None:
+    return 1
+  setting = 'homogeneous' if number == 2 else 'heterogeneous (8 of 16 at half speed)'
+  title = f'Figure {number}: training loss, {setting}, {FLAGS.scale} scale, one-host cluster'
+  algos, tasks = _algos(points, exp.ALGOS), _tasks(points)
+  png = common.curves(
+    points,
+    algos,
+    tasks,
+    scales.task_title,
+    'epoch',
+    'train_loss',
+    1.0,
+    title,
+    f'fig{number}',
+    'training loss',
+    'epoch',
+  )
+  lines = [
+    f'# {title}',
+    '',
+    f'![fig{number}](fig{number}.png)',
+    '',
+    '| task | algorithm | final training loss (mean of seeds) |',
+    '|---|---|---|',
+  ]
+  rows = []
+  for task in tasks:
+    finals = {}
+    for algo in algos:
+      values = [
+        p.results['epochs'][-1]['train_loss']
+        for p in points
+        if p.arg['algo'] == algo and p.arg['task'] == task and p.results
+      ]
+      if values:
+        finals[algo] = sum(values) / len(values)
+        lines.append(
+          f'| {scales.task_title(task, FLAGS.scale)} | {published.NAMES[algo]} '
+          f'| {finals[algo]:.4f} |'
+        )
+    gap = max(finals.values()) - min(finals.values()) if finals else None
+    rows.append({'task': task, 'final_train_loss': finals, 'largest_gap': gap})
+    if gap is not None:
+      lines.append(f'| {scales.task_title(task, FLAGS.scale)} | largest gap | {gap:.4f} |')
+  text = '\n'.join(lines) + '\n'
+  print(text)
+  common.write(
+    f'fig{number}', text, {'rows': rows, 'png': png, **common.provenance(points, 'one_host')}
+  )
+  return _finished(points)
+
+
+def time_figure(number: int) -> int:
+  """Figures 3 and 6: accuracy against measured training time (MPI, timing runs)."""
+  table_number, exp = (1, table1) if number == 3 else (2, table2)
+  arg = f'configs/table{table_number}.py:scale={FLAGS.scale},seeds={FLAGS.seeds},timing=true'
+  points = common.run(arg, timing=True)
+  if points is None:
+    return 1
+  setting = 'homogeneous' if number == 3 else 'heterogeneous'
+  link = FLAGS.link_rate or 'the real network'
+  title = (
+    f'Figure {number}: test accuracy against training time, {setting}, {FLAGS.scale} '
+    f'scale, MPI ({points[0].results["config"]["num_workers"] if points[0].results else "?"} '
+    f'ranks), {link}'
+  )
+  text, data = common.time_to_accuracy(
+    points,
+    _algos(points, exp.ALGOS),
+    _tasks(points),
+    setting,
+    scales.task_title,
+    f'fig{number}',
+    title,
+  )
+  print(text)
+  common.write(f'fig{number}', text, {**data, **common.provenance(points, 'mpi')})
+  return _finished(points)
+
+
+def speedup_figure() -> int:
+  """Figure 4: speedup against workers, measured, with the Section 4.2 model beside it."""
+  workers = '1-2' if FLAGS.scale != 'paper' else '1;2;4;8;16'
+  points = common.run(f'configs/figure4.py:scale={FLAGS.scale},workers={workers}', timing=True)
+  if points is None:
+    return 1
+  text, data = common.speedup(points, figure4.ALGOS, FLAGS.link_rate or 'the real network')
+  print(text)
+  common.write('fig4', text, {**data, **common.provenance(points, 'mpi')})
+  return _finished(points)

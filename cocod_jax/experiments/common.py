@@ -1,0 +1,468 @@
+"""What the per-artefact entry points share: flags, the sweep, aggregation, rendering, figures.
+
+Each entry point (`table1`, `table2`, `fig2` ... `fig6`, `paper`) names an experiment file of
+configs/ and an argument; `run` completes that sweep through the resumable runner
+(`cocod_jax.sweep`), reads every point's results and returns them as `Point`s; the renderers turn
+them into the artefact's Markdown table, JSON (every number with its provenance: point
+directories, config hashes, the commit, scale, hardware, backend, r) and PNG. Files are written
+atomically into `--workdir`. Accuracies are in percent; "best" is the highest test accuracy of
+the averaged model over the epochs, as the paper's "final best test accuracy".
+"""
+
+import dataclasses
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+from typing import Any
+
+from absl import flags
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+from cocod_jax.experiments import published  # noqa: E402
+
+flags.DEFINE_string('workdir', 'runs/paper', 'Where the points and the artefacts go.')
+flags.DEFINE_enum('scale', 'cpu', ['paper', 'cpu', 'smoke'], 'configs/scales.py.')
+flags.DEFINE_integer('seeds', 1, 'Seeds per cell.')
+flags.DEFINE_enum('launcher', 'local', ['local', 'slurm'], 'Run here, or write a Slurm array.')
+flags.DEFINE_integer('parallel', 1, 'Points at once (accuracy-only sweeps).')
+flags.DEFINE_bool('dry_run', False, 'Print the states and commands; write nothing.')
+flags.DEFINE_bool('report_only', False, 'Render from what is on disk; run nothing.')
+flags.DEFINE_bool('retry_failed', False, 'Run FAILED points again.')
+flags.DEFINE_string('data_dir', '', 'TFDS data dir for CIFAR (paper scale).')
+flags.DEFINE_string(
+  'link_rate',
+  '',
+  'Timing artefacts: run MPI points on the simulated link at '
+  'this rate (e.g. 1gbit; needs root); empty: the real network.',
+)
+FLAGS = flags.FLAGS
+
+MARGIN = 0.5  # Accuracy points: the paper's parity claim, within half a point of S-SGD.
+COLORS = {
+  'ssgd': '#1f77b4',
+  'pipe_sgd': '#ff7f0e',
+  'local_sgd': '#2ca02c',
+  'asynlocal_sgd': '#9467bd',
+  'cocod_sgd': '#d62728',
+}
+
+
+@dataclasses.dataclass
+class Point:
+  """One finished point: its cell (the `:`-argument's values), results and provenance."""
+
+  arg: dict
+  state: str
+  directory: str
+  hash: str
+  results: dict | None
+
+  @property
+  def best(self) -> float | None:
+    if not self.results or not self.results.get('epochs'):
+      return None
+    return 100.0 * max(e['test_accuracy'] for e in self.results['epochs'])
+
+
+def parse_arg(text: str) -> dict:
+  return dict(part.split('=', 1) for part in text.split(',') if part)
+
+
+def commit() -> str:
+  p = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=ROOT, capture_output=True, text=True)
+  return p.stdout.strip() if p.returncode == 0 else 'unknown'
+
+
+def hardware() -> str:
+  import jax  # pylint: disable=g-import-not-at-top
+
+  devices = jax.devices()
+  return (
+    f'{socket.gethostname()}: {os.cpu_count()} CPU cores ({platform.machine()}), '
+    f'{len(devices)} {devices[0].platform} device(s) ({devices[0].device_kind})'
+  )
+
+
+def run(config_arg: str, timing: bool = False) -> list[Point] | None:
+  """Completes the sweep of `config_arg` (`configs/X.py:ARG`) and returns its points.
+
+  None when the sweep did not finish (a dry run, a Slurm submission, failed points): the
+  runner has printed why, and the artefact is not rendered.
+  """
+  from cocod_jax import sweep  # pylint: disable=g-import-not-at-top
+
+  options = dict(
+    workdir=FLAGS.workdir,
+    parallel=1 if timing else FLAGS.parallel,
+    launcher=FLAGS.launcher,
+    dry_run=FLAGS.dry_run,
+    report_only=FLAGS.report_only,
+    retry_failed=FLAGS.retry_failed,
+    link_rate=FLAGS.link_rate if timing else '',
+    overrides={'data_dir': FLAGS.data_dir} if FLAGS.data_dir else {},
+  )
+  records = sweep.run_sweep(config_arg, **options)
+  if records is None or FLAGS.dry_run or FLAGS.launcher == 'slurm':
+    return None
+  return [
+    Point(parse_arg(r['config_arg']), r['state'], r['dir'], r['hash'], r.get('results'))
+    for r in records
+  ]
+
+
+def write(name: str, text: str | None = None, data: Any = None):
+  """Writes `name`.md and/or `name`.json into --workdir, atomically."""
+  os.makedirs(FLAGS.workdir, exist_ok=True)
+  for suffix, content in (('.md', text), ('.json', data)):
+    if content is None:
+      continue
+    path = os.path.join(FLAGS.workdir, name + suffix)
+    with open(path + '.tmp', 'w') as f:
+      f.write(content if suffix == '.md' else json.dumps(content, indent=2))
+    os.replace(path + '.tmp', path)
+
+
+def provenance(points: list[Point], backend: str) -> dict:
+  return {
+    'scale': FLAGS.scale,
+    'commit': commit(),
+    'hardware': hardware(),
+    'backend': backend,
+    'points': [
+      {'arg': p.arg, 'dir': p.directory, 'hash': p.hash, 'state': p.state} for p in points
+    ],
+  }
+
+
+# --------------------------------------------------------------------------- accuracy tables
+
+
+def summary(values: list[float]) -> dict:
+  n = len(values)
+  return {
+    'values': values,
+    'n': n,
+    'mean': statistics.mean(values) if n else None,
+    'std': statistics.stdev(values) if n > 1 else None,
+  }
+
+
+def cells(points: list[Point], algos, tasks) -> dict:
+  """{(algo, task): summary of the best accuracies over the seeds of the finished points}."""
+  out = {}
+  for algo in algos:
+    for task in tasks:
+      values = [
+        p.best
+        for p in points
+        if p.arg['algo'] == algo and p.arg['task'] == task and p.best is not None
+      ]
+      out[(algo, task)] = summary(values)
+  return out
+
+
+def parity(cell: dict, base: dict) -> tuple[str, float | None]:
+  """The paper's claim that an algorithm does not lose accuracy against S-SGD: pass when its mean
+  is at most MARGIN below S-SGD's, fail when more, inconclusive when the seeds spread wider than
+  the margin (or a cell is empty). With one seed there is no spread to judge; the verdict then
+  rests on the means alone and says so."""
+  if not cell['n'] or not base['n']:
+    return 'inconclusive (no result)', None
+  diff = cell['mean'] - base['mean']
+  spreads = [s for s in (cell['std'], base['std']) if s is not None]
+  if spreads and max(spreads) > MARGIN:
+    return f'inconclusive (spread {max(spreads):.2f} > {MARGIN})', diff
+  verdict = 'pass' if diff >= -MARGIN else 'fail'
+  return verdict + (' (1 seed)' if not spreads else ''), diff
+
+
+def _cell_text(cell, paper, scale):
+  if not cell['n']:
+    return f'- / {paper:.2f}'
+  ours = f'{cell["mean"]:.2f}' + (f' ± {cell["std"]:.2f}' if cell['std'] is not None else '')
+  diff = f'{cell["mean"] - paper:+.2f}' if scale == 'paper' else 'n/a'
+  return f'{ours} ({cell["n"]}) / {paper:.2f} / {diff}'
+
+
+def accuracy_table(title, points, algos, tasks, paper_table, task_title, backend) -> tuple:
+  """(Markdown, JSON) of an accuracy table: ours mean ± std (n) / paper / difference, and the
+  parity checks against S-SGD."""
+  scale = FLAGS.scale
+  grid = cells(points, algos, tasks)
+  lines = [
+    f'# {title} ({scale} scale)',
+    '',
+    'Each cell: ours, best test accuracy in %, mean ± std (seeds) / the paper / ours - paper'
+    + (
+      ''
+      if scale == 'paper'
+      else " (n/a: the stand-in tasks differ from the paper's; compare "
+      'the relations between rows, not the numbers)'
+    )
+    + '.',
+    '',
+    '| algorithm | ' + ' | '.join(task_title(t, scale) for t in tasks) + ' |',
+    '|---|' + '---|' * len(tasks),
+  ]
+  for algo in algos:
+    row = [
+      _cell_text(grid[(algo, t)], published.accuracy(paper_table, algo, t), scale) for t in tasks
+    ]
+    lines.append(f'| {published.NAMES[algo]} | ' + ' | '.join(row) + ' |')
+  lines += ['', f'Parity with S-SGD (not more than {MARGIN} points below it):', '']
+  checks = []
+  for algo in algos[1:]:
+    for t in tasks:
+      verdict, diff = parity(grid[(algo, t)], grid[(algos[0], t)])
+      shown = '-' if diff is None else f'{diff:+.2f}'
+      lines.append(f'- {published.NAMES[algo]}, {task_title(t, scale)}: {shown} points: {verdict}')
+      checks.append({'algo': algo, 'task': t, 'diff': diff, 'verdict': verdict})
+  data = {
+    'artefact': title,
+    'cells': [
+      dict(algo=a, task=t, paper=published.accuracy(paper_table, a, t), **grid[(a, t)])
+      for a in algos
+      for t in tasks
+    ],
+    'checks': checks,
+    **provenance(points, backend),
+  }
+  return '\n'.join(lines) + '\n', data
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def _pyplot():
+  import matplotlib  # pylint: disable=g-import-not-at-top
+
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  return plt
+
+
+def style(algo: str) -> dict:
+  """Fixed colours per algorithm across figures; +PS variants dashed."""
+  base = algo.removesuffix('+ps')
+  return {'color': COLORS[base], 'linestyle': '--' if algo.endswith('+ps') else '-'}
+
+
+def save_figure(fig, name: str) -> str:
+  path = os.path.join(FLAGS.workdir, name + '.png')
+  fig.savefig(path + '.tmp.png', dpi=120)
+  os.replace(path + '.tmp.png', path)
+  _pyplot().close(fig)
+  return path
+
+
+def curves(points, algos, tasks, task_title, x_key, y_key, y_scale, title, name, ylabel, xlabel):
+  """A 2x2 (or 1x1) panel figure: one line per algorithm (the mean over seeds), a band from the
+  lowest to the highest seed, `x_key`/`y_key` fields of each epoch record."""
+  plt = _pyplot()
+  cols = 2 if len(tasks) > 1 else 1
+  rows = (len(tasks) + 1) // 2 if len(tasks) > 1 else 1
+  fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
+  for ax, task in zip(axes.flat, tasks):
+    for algo in algos:
+      runs = [
+        p.results['epochs']
+        for p in points
+        if p.arg['algo'] == algo and p.arg['task'] == task and p.results
+      ]
+      if not runs:
+        continue
+      length = min(len(r) for r in runs)
+      xs = [statistics.mean(r[i][x_key] for r in runs) for i in range(length)]
+      ys = [[r[i][y_key] * y_scale for r in runs] for i in range(length)]
+      ax.plot(xs, [statistics.mean(y) for y in ys], label=published.NAMES[algo], **style(algo))
+      if len(runs) > 1:
+        low, high = [min(y) for y in ys], [max(y) for y in ys]
+        ax.fill_between(xs, low, high, color=style(algo)['color'], alpha=0.15)
+    ax.set_title(task_title(task, FLAGS.scale), fontsize=9)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+  axes.flat[0].legend(fontsize=7)
+  fig.suptitle(title, fontsize=10)
+  fig.tight_layout()
+  return save_figure(fig, name)
+
+
+def time_to_accuracy(points, algos, tasks, setting: str, task_title, name: str, title: str):
+  """Figures 3/6: accuracy against cumulative training time, and each algorithm's time to first
+  reach (the best accuracy of all algorithms on the task - MARGIN), its speedup over S-SGD beside
+  the paper's, with the measured r and hidden fraction. Returns (Markdown, JSON)."""
+  curves(
+    points,
+    algos,
+    tasks,
+    task_title,
+    'train_time_s',
+    'test_accuracy',
+    100.0,
+    title,
+    name,
+    'test accuracy (%)',
+    'training time (s), evaluation excluded',
+  )
+  lines = [
+    f'# {title}',
+    '',
+    f'![{name}]({name}.png)',
+    '',
+    '| task | algorithm | time to target (s) | speedup over S-SGD | paper | r | hidden |',
+    '|---|---|---|---|---|---|---|',
+  ]
+  rows = []
+  for task in tasks:
+    done = [p for p in points if p.arg['task'] == task and p.results]
+    if not done:
+      continue
+    target = max(p.best for p in done) - MARGIN
+    times = {}
+    for algo in algos:
+      reached = []
+      for p in done:
+        if p.arg['algo'] == algo:
+          hit = [
+            e['train_time_s'] for e in p.results['epochs'] if 100 * e['test_accuracy'] >= target
+          ]
+          reached.append(min(hit) if hit else None)
+      times[algo] = None if not reached or None in reached else statistics.mean(reached)
+    model = 'resnet18' if task.endswith('r18') else 'vgg16'
+    for algo in algos:
+      runs = [p.results.get('timing') or {} for p in done if p.arg['algo'] == algo]
+      r = (
+        statistics.mean(t['r'] for t in runs if t.get('r'))
+        if any(t.get('r') for t in runs)
+        else None
+      )
+      hidden = [t['hidden_fraction'] for t in runs if t.get('hidden_fraction') is not None]
+      speedup = times[algo] and times[algos[0]] and times[algos[0]] / times[algo]
+      paper = published.SPEEDUP[setting][model] if algo.startswith('cocod') else None
+      rows.append(
+        dict(
+          task=task,
+          algo=algo,
+          target=target,
+          time_s=times[algo],
+          speedup=speedup,
+          paper=paper,
+          r=r,
+          hidden=statistics.mean(hidden) if hidden else None,
+        )
+      )
+      fmt = lambda v, f: '-' if v is None else f.format(v)
+      name_cell = f'{task_title(task, FLAGS.scale)} | {published.NAMES[algo]}'
+      lines.append(
+        f'| {name_cell} | {fmt(times[algo], "{:.1f}")} | {fmt(speedup, "{:.2f}x")} '
+        f'| {fmt(paper, "{:.1f}x")} | {fmt(r, "{:.2f}")} | {fmt(rows[-1]["hidden"], "{:.0%}")} |'
+      )
+  return '\n'.join(lines) + '\n', {'rows': rows, 'target_margin': MARGIN}
+
+
+def epoch_time(results) -> float | None:
+  """Seconds of training per epoch over the epochs after the first (compilation)."""
+  times = [e['train_time_s'] for e in results.get('epochs', [])]
+  return (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None
+
+
+def model_step(algo: str, tp: float, tc: float, k: int) -> float:
+  """Section 4.2's time per step (ALGORITHMS.md, the time model)."""
+  return {
+    'ssgd': tp + tc,
+    'local_sgd': tp + tc / k,
+    'pipe_sgd': max(tp, tc),
+    'cocod_sgd': max(tp, tc / k),
+  }[algo]
+
+
+def ring_tc(tc_measured: float, n_measured: int, n: int) -> float:
+  """Tc at n workers from Tc at n_measured, for a ring allreduce (time ~ 2 (n - 1) / n)."""
+  if n <= 1:
+    return 0.0
+  return tc_measured * (2 * (n - 1) / n) / (2 * (n_measured - 1) / n_measured)
+
+
+def speedup(points, algos, link, largest=16):
+  """Figure 4: (Markdown, JSON) and the PNG of speedup(N) = epoch time at 1 / at N, measured,
+  beside the model N * Tp / step_model(Tp, Tc(N)) with Tp from the 1-worker runs and Tc from the
+  runs with the most workers."""
+  rows, model_rows = [], []
+  plt = _pyplot()
+  fig, ax = plt.subplots(figsize=(6, 4.2))
+  ns = list(range(1, largest + 1))
+  ax.plot(ns, ns, 'k--', lw=0.8, label='ideal')
+  lines = [
+    '# Figure 4: time speedup against workers',
+    '',
+    '![fig4](fig4.png)',
+    '',
+    '| algorithm | workers | s / epoch | speedup | model speedup | Tp ms | Tc ms | r |',
+    '|---|---|---|---|---|---|---|---|',
+  ]
+  for algo in algos:
+    runs = {int(p.arg['workers']): p.results for p in points if p.arg['algo'] == algo and p.results}
+    if 1 not in runs or len(runs) < 2:
+      continue
+    base = epoch_time(runs[1])
+    top = max(runs)
+    tp = runs[1]['timing']['Tp_s']
+    tc = runs[top]['timing']['Tc_s']
+    k = runs[top]['config']['algorithm']['period']
+    measured = {n: base / epoch_time(r) for n, r in sorted(runs.items())}
+    model = {n: n * tp / model_step(algo, tp, ring_tc(tc, top, n), k) for n in ns}
+    for n, r in sorted(runs.items()):
+      t = r['timing']
+      rows.append(
+        dict(
+          algo=algo,
+          workers=n,
+          epoch_s=epoch_time(r),
+          speedup=measured[n],
+          model=model[n],
+          Tp_s=t['Tp_s'],
+          Tc_s=t['Tc_s'],
+          r=t['r'],
+        )
+      )
+      lines.append(
+        f'| {published.NAMES[algo]} | {n} | {epoch_time(r):.2f} | {measured[n]:.2f}x '
+        f'| {model[n]:.2f}x | {t["Tp_s"] * 1e3:.1f} | {t["Tc_s"] * 1e3:.1f} '
+        f'| {t["r"]:.2f} |'
+      )
+    model_rows.append(
+      {
+        'algo': algo,
+        'Tp_s': tp,
+        'Tc_s': tc,
+        'workers_measured': top,
+        'model': {str(n): v for n, v in model.items()},
+      }
+    )
+    ax.plot(
+      list(measured), list(measured.values()), 'o', color=COLORS[algo], label=published.NAMES[algo]
+    )
+    ax.plot(
+      ns, [model[n] for n in ns], ':', color=COLORS[algo], label=f'{published.NAMES[algo]} (model)'
+    )
+  ax.set_xlabel('workers')
+  ax.set_ylabel('speedup (epoch time at 1 / at N)')
+  ax.set_title(f'{FLAGS.scale} scale, MPI, {link}; markers measured, dotted: model', fontsize=9)
+  ax.legend(fontsize=6, ncol=2)
+  ax.grid(alpha=0.3)
+  fig.tight_layout()
+  png = save_figure(fig, 'fig4')
+  lines += [
+    '',
+    'Model: N Tp / step(Tp, Tc(N)) with Tc(N) scaled from the measured Tc as a ring '
+    'allreduce, 2 (N - 1) / N; measured speedups use epochs after the first.',
+  ]
+  return '\n'.join(lines) + '\n', {'rows': rows, 'model': model_rows, 'png': png, 'link': link}
