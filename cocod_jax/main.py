@@ -94,8 +94,9 @@ def _add_xla_flag(flag):
   os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' ' + flag).strip()
 
 
-def _prepare_data(config, rank, barrier):
-  """Downloads a missing TFDS dataset when there is a network (rank 0 only; the others wait).
+def _prepare_data(config, rank, broadcast):
+  """Downloads a missing TFDS dataset when there is a network: rank 0 alone checks and prepares,
+  then tells the others (which wait for it) whether that worked.
 
   Without a network nothing happens here: loading then refuses within seconds, naming the
   dataset, the directory searched and the command that prepares it.
@@ -103,17 +104,23 @@ def _prepare_data(config, rank, barrier):
   from cocod_jax import input_pipeline  # pylint: disable=g-import-not-at-top
 
   name = config.dataset.name
-  if name not in ('cifar10', 'cifar100'):
+  if name not in input_pipeline.TFDS_DATASETS:
     return
-  if input_pipeline.is_prepared(name, config.data_dir) or not input_pipeline.network_reachable(
-    name
-  ):
-    return
+  problem = None
   if rank == 0:
-    where = input_pipeline.resolve_data_dir(config.data_dir)
-    print(f'{name} is not prepared in {where}: downloading it once (other ranks wait)', flush=True)
-    input_pipeline.prepare(name, config.data_dir)
-  barrier()
+    ready = input_pipeline.is_prepared(name, config.data_dir)
+    if not ready and input_pipeline.network_reachable(name):
+      where = input_pipeline.resolve_data_dir(config.data_dir)
+      print(
+        f'{name} is not prepared in {where}: downloading it once (other ranks wait)', flush=True
+      )
+      try:
+        input_pipeline.prepare(name, config.data_dir)
+      except input_pipeline.DataError as e:
+        problem = str(e)
+  problem = broadcast(problem)
+  if problem:
+    _fail(problem)
 
 
 def main(argv):
@@ -127,7 +134,7 @@ def main(argv):
   problems = config_validation.errors(config)
   if problems:
     _fail('\n'.join(problems))
-  rank, barrier = 0, lambda: None
+  rank, broadcast = 0, lambda obj: obj
   if config.backend == 'mpi':
     # Open MPI busy-polls inside a blocking collective. Beside the training steps that spinning
     # thread took a third of the CPU from them on 2 cores (measured: 10 steps 3.47 s alone,
@@ -146,12 +153,12 @@ def main(argv):
       _fail(e)
     from mpi4py import MPI  # pylint: disable=g-import-not-at-top
 
-    barrier = MPI.COMM_WORLD.Barrier
+    broadcast = lambda obj: MPI.COMM_WORLD.bcast(obj, root=0)
   elif config.one_host.devices > 1:
     # On a CPU the one-host cluster may be sharded over several XLA CPU devices (the tests do);
     # the flag must be set before JAX starts its backends and changes nothing on a GPU.
     _add_xla_flag(f'--xla_force_host_platform_device_count={config.one_host.devices}')
-  _prepare_data(config, rank, barrier)
+  _prepare_data(config, rank, broadcast)
   try:
     dataset = config_validation.load_checked_dataset(config)
   except config_validation.ConfigError as e:

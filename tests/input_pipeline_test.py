@@ -1,9 +1,13 @@
-"""Datasets: the embedded digits, npz used as given, shards, and CIFAR through mocked TFDS."""
+"""Datasets: the embedded digits, npz used as given (and every bad file refused in one line),
+shards, and CIFAR through mocked TFDS."""
+
+import re
 
 import numpy as np
 import pytest
 
 from cocod_jax import input_pipeline
+from cocod_jax import steps
 from cocod_jax import train
 from configs import test as test_config
 
@@ -37,15 +41,29 @@ def test_augment_shapes_and_flip():
   import jax
 
   img = np.arange(2 * 32 * 32 * 3, dtype=np.float32).reshape(2, 32, 32, 3)
-  out = train.augment(jax.random.PRNGKey(0), img)
+  out = steps.augment(jax.random.PRNGKey(0), img)
   assert out.shape == img.shape
   assert not np.array_equal(np.asarray(out), img)
+
+
+def _tfds_metadata(tfds, name, data_dir):
+  """Writes the metadata TFDS reads (dataset_info.json, features.json) of `name` in `data_dir`.
+
+  `mock_data` points every builder at its own metadata folder, which the TFDS wheel does not ship,
+  so `is_prepared` would be False there; given this `data_dir` it is True and the mocked
+  `as_dataset` still makes the examples.
+  """
+  builder = tfds.builder(name, data_dir=str(data_dir))
+  builder.data_path.mkdir(parents=True)
+  builder.info.write_to_directory(builder.data_path)
 
 
 @pytest.mark.parametrize('name,classes', [('cifar10', 10), ('cifar100', 100)])
 def test_mocked_cifar_one_epoch(tmp_path, name, classes):
   tfds = pytest.importorskip('tensorflow_datasets')
-  with tfds.testing.mock_data(num_examples=64):
+  _tfds_metadata(tfds, name, tmp_path / 'tfds')
+  with tfds.testing.mock_data(num_examples=64, data_dir=str(tmp_path / 'tfds')):
+    assert input_pipeline.is_prepared(name, '')
     ds = input_pipeline.load_dataset(name)
   assert ds.x_train.shape[1:] == (32, 32, 3) and ds.x_train.dtype == np.uint8
   assert ds.num_classes == classes and ds.augment_ok
@@ -57,3 +75,148 @@ def test_mocked_cifar_one_epoch(tmp_path, name, classes):
   res = train.train_and_evaluate(c, str(tmp_path), ds)
   assert np.isfinite(res['final']['test_loss'])
   assert 0.0 <= res['final']['test_accuracy'] <= 1.0
+
+
+def test_mock_data_alone_is_not_prepared():
+  # Without metadata `mock_data` is an unprepared dataset: refused, not downloaded.
+  tfds = pytest.importorskip('tensorflow_datasets')
+  with tfds.testing.mock_data(num_examples=4):
+    assert not input_pipeline.is_prepared('cifar10', '')
+    with pytest.raises(input_pipeline.DataError, match='make data DATASET=cifar10'):
+      input_pipeline.load_dataset('cifar10')
+
+
+# Every bad .npz: one DataError naming the file and what was expected.
+
+
+def _good_arrays(n=12):
+  rs = np.random.RandomState(0)
+  return dict(
+    x_train=rs.randn(n, 4).astype(np.float32),
+    y_train=np.arange(n) % 3,
+    x_test=rs.randn(5, 4).astype(np.float32),
+    y_test=np.arange(5) % 3,
+  )
+
+
+def _save(tmp_path, name='d.npz', **changes):
+  arrays = _good_arrays()
+  arrays.update(changes)
+  path = tmp_path / name
+  np.savez(path, **{k: v for k, v in arrays.items() if v is not None})
+  return str(path)
+
+
+def _refused(path, *patterns, num_classes=0):
+  """The DataError of loading `path`: one line, naming the file, matching every pattern."""
+  with pytest.raises(input_pipeline.DataError) as e:
+    input_pipeline.load_dataset('npz', path, num_classes)
+  message = str(e.value)
+  assert len(message.splitlines()) == 1, message
+  assert f'dataset.path={path!r}' in message, message
+  for pattern in patterns:
+    assert re.search(pattern, message), (pattern, message)
+  return message
+
+
+def test_npz_good_file_loads(tmp_path):
+  ds = input_pipeline.load_dataset('npz', _save(tmp_path), 3)
+  assert ds.x_train.dtype == np.float32 and ds.y_train.dtype == np.int32 and ds.num_classes == 3
+
+
+def test_npz_missing_file_and_directory(tmp_path):
+  _refused(str(tmp_path / 'absent.npz'), 'does not exist')
+  _refused(str(tmp_path), 'is not a file', r"\['x_train', 'y_train', 'x_test', 'y_test'\]")
+
+
+def test_npz_not_a_zip(tmp_path):
+  path = tmp_path / 'text.npz'
+  path.write_bytes(b'this is not a numpy archive')
+  _refused(str(path), r'is not a \.npz archive \(not a zip file\)', 'np.savez')
+  npy = tmp_path / 'one.npz'
+  with open(npy, 'wb') as f:
+    np.save(f, np.zeros(3))
+  _refused(str(npy), r'is a \.npy file \(a single array\), not a \.npz archive')
+
+
+@pytest.mark.parametrize('compressed', [False, True])
+def test_npz_truncated(tmp_path, compressed):
+  good = tmp_path / 'good.npz'
+  (np.savez_compressed if compressed else np.savez)(good, **_good_arrays(200))
+  blob = good.read_bytes()
+  half = tmp_path / 'half.npz'
+  half.write_bytes(blob[: len(blob) // 2])
+  _refused(str(half), 'truncated or damaged')
+  # A damaged member inside an intact zip: the bytes of the first array overwritten.
+  damaged = tmp_path / 'damaged.npz'
+  damaged.write_bytes(blob[:100] + bytes(len(blob) // 2 - 100) + blob[len(blob) // 2 :])
+  _refused(str(damaged), 'truncated or damaged', r'reading x_train')
+
+
+def test_npz_missing_arrays(tmp_path):
+  _refused(_save(tmp_path, y_test=None), r"lacks arrays \['y_test'\]")
+
+
+@pytest.mark.parametrize('key', ['x_train', 'y_test'])
+def test_npz_object_array_never_unpickled(tmp_path, key):
+  values = np.empty(12 if key == 'x_train' else 5, dtype=object)
+  values[:] = [[1.0, 2.0]] * len(values) if key == 'x_train' else list(range(len(values)))
+  path = _save(tmp_path, **{key: values})
+  _refused(path, f'{key} is an object \\(pickled\\) array', 'never loaded')
+
+
+def test_npz_feature_shapes_differ(tmp_path):
+  path = _save(tmp_path, x_test=np.zeros((5, 3), np.float32))
+  _refused(path, r'x_train holds examples of shape \[4\] but x_test of shape \[3\]')
+
+
+def test_npz_rows_differ(tmp_path):
+  _refused(_save(tmp_path, y_train=np.arange(11) % 3), 'x_train has 12 rows, y_train 11')
+
+
+@pytest.mark.parametrize(
+  'y,why',
+  [
+    (np.arange(12, dtype=np.float32) % 3, r'float32\[12\].*float labels are refused'),
+    ((np.arange(12) % 3)[:, None], r'1-D integer array, got int64\[12, 1\]'),
+  ],
+)
+def test_npz_labels_not_1d_integer(tmp_path, y, why):
+  _refused(_save(tmp_path, y_train=y), 'y_train must be a 1-D integer array', why)
+
+
+@pytest.mark.parametrize(
+  'x,why',
+  [
+    (np.array([['a', 'b']] * 5), r'x_test has dtype <U1; features must be numeric'),
+    (np.ones((5, 2), np.complex64), r'x_test has dtype complex64; features must be numeric'),
+    (np.ones(5, np.float32), r'x_test has shape \[5\]; expected \[examples, features...\]'),
+  ],
+)
+def test_npz_features_not_numeric(tmp_path, x, why):
+  path = _save(tmp_path, x_train=np.ones((12, 2), np.float32), x_test=x)
+  _refused(path, why)
+
+
+@pytest.mark.parametrize('split', ['train', 'test'])
+def test_npz_empty_set(tmp_path, split):
+  path = _save(tmp_path, **{f'x_{split}': np.zeros((0, 4)), f'y_{split}': np.zeros(0, np.int64)})
+  _refused(path, f'x_{split} holds no examples', 'must not be empty')
+
+
+def test_npz_nan_and_inf_counted(tmp_path):
+  x = _good_arrays()['x_test']
+  x[0, 0], x[1, 1], x[2, 2] = np.nan, np.inf, -np.inf
+  _refused(_save(tmp_path, x_test=x), r'x_test holds 3 NaN or Inf value\(s\) .*of 20')
+  big = np.full((12, 4), 1e300)  # Finite in float64, Inf once cast to float32.
+  _refused(_save(tmp_path, x_train=big), r'x_train holds 48 NaN or Inf')
+
+
+def test_npz_labels_out_of_range(tmp_path):
+  y = np.arange(12) % 3
+  y[[2, 5]] = -1
+  _refused(_save(tmp_path, y_train=y), r'y_train holds 2 label\(s\) out of range below 0')
+  y = np.arange(5) % 3
+  y[4] = 7
+  message = _refused(_save(tmp_path, y_test=y), 'y_test holds 1 label', num_classes=3)
+  assert 'dataset.num_classes=3 (largest 7)' in message and '0..2' in message
