@@ -2,7 +2,7 @@
 
 The entry points (`table1.py`, ...) are a few lines around these; `paper.py` calls them all.
 Each returns 0 when its sweep finished (every point done or diverged) and 1 otherwise; a sweep
-that did not run (a dry run, a Slurm submission) renders nothing.
+that did not run (a dry run, a Slurm submission) renders nothing and returns 0.
 """
 
 from cocod_jax.experiments import common
@@ -23,6 +23,12 @@ def _algos(points, order):
   return [a for a in order if any(p.arg['algo'] == a for p in points)]
 
 
+def _workers(points) -> int | str:
+  """The cluster size of the points (from their results; '?' before any finished)."""
+  sizes = {p.results['config']['num_workers'] for p in points if p.results}
+  return sizes.pop() if len(sizes) == 1 else '?'
+
+
 def _finished(points) -> int:
   return 0 if all(p.state in ('DONE', 'DIVERGED') for p in points) else 1
 
@@ -30,12 +36,13 @@ def _finished(points) -> int:
 def table(number: int) -> int:
   exp, paper = (table1, published.TABLE1) if number == 1 else (table2, published.TABLE2)
   points = common.run(f'configs/table{number}.py:scale={FLAGS.scale},seeds={FLAGS.seeds}')
-  if points is None:
-    return 1
+  if points is None:  # A dry run or a Slurm submission: the runner said what it would do.
+    return 0
+  n = _workers(points)
   title = (
-    'Table 1: best test accuracy, 16 homogeneous workers'
+    f'Table 1: best test accuracy, {n} homogeneous workers'
     if number == 1
-    else 'Table 2: best test accuracy, 16 workers, 8 at half speed'
+    else f'Table 2: best test accuracy, {n} workers, {n // 2} at half speed'
   )
   text, data = common.accuracy_table(
     title, points, _algos(points, exp.ALGOS), _tasks(points), paper, scales.task_title, 'one_host'
@@ -49,9 +56,10 @@ def loss_figure(number: int) -> int:
   """Figures 2 and 5: training loss against epochs (the runs of Tables 1 and 2)."""
   table_number, exp = (1, table1) if number == 2 else (2, table2)
   points = common.run(f'configs/table{table_number}.py:scale={FLAGS.scale},seeds={FLAGS.seeds}')
-  if points is None:
-    return 1
-  setting = 'homogeneous' if number == 2 else 'heterogeneous (8 of 16 at half speed)'
+  if points is None:  # A dry run or a Slurm submission: the runner said what it would do.
+    return 0
+  n = _workers(points)
+  setting = f'{n} workers' if number == 2 else f'{n} workers, half of them at half speed'
   title = f'Figure {number}: training loss, {setting}, {FLAGS.scale} scale, one-host cluster'
   algos, tasks = _algos(points, exp.ALGOS), _tasks(points)
   png = common.curves(
@@ -107,14 +115,13 @@ def time_figure(number: int) -> int:
   table_number, exp = (1, table1) if number == 3 else (2, table2)
   arg = f'configs/table{table_number}.py:scale={FLAGS.scale},seeds={FLAGS.seeds},timing=true'
   points = common.run(arg, timing=True)
-  if points is None:
-    return 1
+  if points is None:  # A dry run or a Slurm submission: the runner said what it would do.
+    return 0
   setting = 'homogeneous' if number == 3 else 'heterogeneous'
-  link = FLAGS.link_rate or 'the real network'
+  link = FLAGS.link_rate or 'no simulated link'
   title = (
     f'Figure {number}: test accuracy against training time, {setting}, {FLAGS.scale} '
-    f'scale, MPI ({points[0].results["config"]["num_workers"] if points[0].results else "?"} '
-    f'ranks), {link}'
+    f'scale, MPI ({_workers(points)} ranks), {link}'
   )
   text, data = common.time_to_accuracy(
     points,
@@ -134,9 +141,9 @@ def speedup_figure() -> int:
   """Figure 4: speedup against workers, measured, with the Section 4.2 model beside it."""
   workers = '1-2' if FLAGS.scale != 'paper' else '1;2;4;8;16'
   points = common.run(f'configs/figure4.py:scale={FLAGS.scale},workers={workers}', timing=True)
-  if points is None:
-    return 1
-  text, data = common.speedup(points, figure4.ALGOS, FLAGS.link_rate or 'the real network')
+  if points is None:  # A dry run or a Slurm submission: the runner said what it would do.
+    return 0
+  text, data = common.speedup(points, figure4.ALGOS, FLAGS.link_rate or 'no simulated link')
   print(text)
   common.write('fig4', text, {**data, **common.provenance(points, 'mpi')})
   return _finished(points)

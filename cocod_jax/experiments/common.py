@@ -20,6 +20,7 @@ import sys
 from typing import Any
 
 from absl import flags
+from absl import logging
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
@@ -97,6 +98,7 @@ def run(config_arg: str, timing: bool = False) -> list[Point] | None:
   """
   from cocod_jax import sweep  # pylint: disable=g-import-not-at-top
 
+  logging.set_verbosity(logging.WARNING)  # JAX's backend probing is not the user's business.
   options = dict(
     workdir=FLAGS.workdir,
     parallel=1 if timing else FLAGS.parallel,
@@ -107,8 +109,13 @@ def run(config_arg: str, timing: bool = False) -> list[Point] | None:
     link_rate=FLAGS.link_rate if timing else '',
     overrides={'data_dir': FLAGS.data_dir} if FLAGS.data_dir else {},
   )
-  records = sweep.run_sweep(config_arg, **options)
-  if records is None or FLAGS.dry_run or FLAGS.launcher == 'slurm':
+  try:
+    records = sweep.run_sweep(config_arg, **options)
+  except sweep.SweepError as e:  # Invalid points: every reason, nothing created.
+    for problem in e.problems:
+      print(f'error: {problem}', file=sys.stderr)
+    sys.exit(2)
+  if FLAGS.dry_run or FLAGS.launcher == 'slurm':
     return None
   return [
     Point(parse_arg(r['config_arg']), r['state'], r['dir'], r['hash'], r.get('results'))

@@ -1,0 +1,502 @@
+"""Tests of cocod_jax/config_args.py and the sweep runner cocod_jax/sweep.py.
+
+The experiment file is tests/data/sweep/tiny.py: configs/test.py's run (seconds) as the cells of
+a sweep. Real runs happen once, in the module fixture `ran` (two training runs at once and one
+run the entry point refuses at run time); the rest works on hand-made directories, dry runs and
+golden texts (tests/data/sweep/*.golden; UPDATE_GOLDEN=1 rewrites them after a deliberate change).
+"""
+
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from cocod_jax import config_args
+from cocod_jax import sweep
+
+ROOT = sweep.ROOT
+DATA = os.path.join(ROOT, 'tests', 'data', 'sweep')
+TINY = 'tests/data/sweep/tiny.py'
+ENV = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
+HEAD = '0123456789abcdef0123456789abcdef01234567'
+
+
+def _cli(*args, timeout=120):
+  return subprocess.run(
+    [sys.executable, '-m', 'cocod_jax.sweep', *args],
+    cwd=ROOT,
+    env=ENV,
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+  )
+
+
+def _snapshot(top):
+  """Every path under `top` with its size and mtime."""
+  out = {}
+  for d, _, files in os.walk(top):
+    out[d] = None
+    for f in files:
+      st = os.stat(os.path.join(d, f))
+      out[os.path.join(d, f)] = (st.st_size, st.st_mtime_ns)
+  return out
+
+
+def _golden(name, text):
+  path = os.path.join(DATA, name)
+  if os.environ.get('UPDATE_GOLDEN'):
+    with open(path, 'w') as f:
+      f.write(text)
+  with open(path) as f:
+    assert text == f.read(), f'{name} differs from the golden text (UPDATE_GOLDEN=1 rewrites it)'
+
+
+# --------------------------------------------------------------------------- config_args
+
+DEFAULTS = dict(algo='cocod_sgd', seed=0, lr=0.1, timing=False)
+
+
+def test_parse_defaults_and_types():
+  assert config_args.parse(None, DEFAULTS) == config_args.parse('', DEFAULTS)
+  a = config_args.parse(' algo=ssgd , seed=-3,lr=1e-3,timing=TRUE,', DEFAULTS)
+  assert (a.algo, a.seed, a.lr, a.timing) == ('ssgd', -3, 1e-3, True)
+  assert type(a.seed) is int and type(a.lr) is float
+  assert config_args.parse('lr=2', DEFAULTS).lr == 2.0
+  for text, value in (('true', True), ('1', True), ('false', False), ('0', False)):
+    assert config_args.parse(f'timing={text}', DEFAULTS).timing is value
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    a.seed = 1
+
+
+@pytest.mark.parametrize(
+  'arg, message',
+  [
+    ('algoo=ssgd', "'algoo' is unknown; did you mean 'algo'? valid keys: algo, seed, lr, timing"),
+    ('seed=1.5', "seed='1.5' is invalid; allowed: an int"),
+    ('lr=fast', "lr='fast' is invalid; allowed: a float"),
+    ('timing=yes', "timing='yes' is invalid; allowed: a bool (true, false, 1 or 0)"),
+    ('seed=1,seed=2', "'seed' is given twice (seed=1, seed=2); give it once"),
+    ('seed', "'seed' is invalid; expected key=value items"),
+  ],
+)
+def test_parse_refuses(arg, message):
+  with pytest.raises(config_args.ConfigArgError) as e:
+    config_args.parse(arg, DEFAULTS)
+  assert message in str(e.value)
+  assert '\n' not in str(e.value)
+
+
+def test_parse_refuses_a_default_of_another_type():
+  with pytest.raises(TypeError, match='default xs=.*give the default one of these types'):
+    config_args.parse('', dict(xs=(1, 2)))
+
+
+def test_choice():
+  assert config_args.choice('algo', 'ssgd', ('ssgd', 'cocod_sgd')) == 'ssgd'
+  with pytest.raises(config_args.ConfigArgError) as e:
+    config_args.choice('algo', 'cocod', ('ssgd', 'cocod_sgd'))
+  assert str(e.value) == (
+    "config argument algo='cocod' is invalid; did you mean 'cocod_sgd'? allowed: ssgd, cocod_sgd"
+  )
+
+
+# --------------------------------------------------------------------------- expansion
+
+
+def test_slug():
+  assert sweep.slug('algo=cocod_sgd,task=c10_r18,scale=cpu,seed=0') == 'cocod_sgd.c10_r18.cpu.s0'
+  assert sweep.slug('algo=ssgd+ps,timing=true,fast=false') == 'ssgd+ps.timing.no_fast'
+  assert sweep.slug('seed=1', {'optimizer.learning_rate': 0.05}) == 's1.learning_rate-0.05'
+  assert sweep.slug('', {'optimizer.decay_epochs': (8, 9)}) == 'decay_epochs-8_9'
+  assert sweep.slug('path=/a b/c*') == 'a_b_c'
+  assert sweep.slug('') == 'default'
+  assert len(sweep.slug('name=' + 'x' * 500)) == sweep.SLUG_MAX
+
+
+def test_hash_leaves_out_non_result_fields():
+  config = dict(seed=0, data_dir='', backend='mpi', comm=dict(timeout_s=600.0, staging='host'))
+  config['timeline'] = dict(sample_every=10)
+  h = sweep.config_hash(config)
+  assert len(h) == 8 and int(h, 16) >= 0
+  same = json.loads(json.dumps(config))
+  same.update(data_dir='/data')
+  same['comm']['timeout_s'] = 5.0
+  same['timeline']['sample_every'] = 1
+  assert sweep.config_hash(same) == h
+  assert sweep.config_hash(dict(config, seed=1)) != h
+  assert sweep.config_hash(dict(config, staging='device')) != h
+  assert sweep.config_hash(config, '1gbit') != h  # The link changes the timings of MPI runs ...
+  assert sweep.config_hash(dict(config, backend='one_host'), '1gbit') == sweep.config_hash(
+    dict(config, backend='one_host')
+  )  # ... and nothing of a one-host run.
+  assert sweep.config_hash({'xs': (1, 2)}) == sweep.config_hash({'xs': [1, 2]})
+
+
+def test_expand(tmp_path):
+  points = sweep.expand(TINY, str(tmp_path))
+  again = sweep.expand(TINY, str(tmp_path))
+  assert [dataclasses.astuple(p) for p in points] == [dataclasses.astuple(p) for p in again]
+  assert [p.slug for p in points] == [
+    's0',
+    's1.learning_rate-0.05',
+    's0.name-npz.path-tests_data_sweep_missing.npz',
+  ]
+  assert len({p.hash for p in points}) == 3
+  assert points[0].dir == os.path.join(str(tmp_path), 'points', f's0-{points[0].hash}')
+  assert points[1].config['optimizer']['learning_rate'] == 0.05
+  assert points[2].texts == {'dataset.name': 'npz', 'dataset.path': 'tests/data/sweep/missing.npz'}
+  assert sweep.command(points[1]) == [
+    sys.executable,
+    '-m',
+    'cocod_jax.main',
+    f'--config={TINY}:seed=1',
+    f'--workdir={points[1].dir}',
+    '--config.optimizer.learning_rate=0.05',
+  ]
+  assert not tmp_path.joinpath('points').exists()
+
+
+def test_expand_sweep_wide_overrides_and_mpi_commands(tmp_path):
+  one_host, mpi = sweep.expand(
+    f'{TINY}:case=mixed', str(tmp_path), {'data_dir': '/data', 'optimizer.momentum': '0.5'},
+    overrides_as_text=True,
+  )  # fmt: skip
+  assert one_host.texts == {'data_dir': '/data', 'optimizer.momentum': '0.5'}
+  assert one_host.config['optimizer']['momentum'] == 0.5
+  assert mpi.texts['optimizer.decay_epochs'] == '(1,)' and mpi.overrides['data_dir'] == '/data'
+  assert sweep.command(mpi)[:4] == ['launch/mpirun.sh', '-np', '2', sys.executable]
+  assert sweep.command(mpi, 'slurm')[:5] == ['srun', '--mpi=pmix', '-n', '2', sys.executable]
+  assert sweep.command(one_host, 'slurm')[0] == sys.executable
+  (_, timed) = sweep.expand(f'{TINY}:case=mixed', str(tmp_path), link_rate='1gbit')
+  assert sweep.command(timed)[:4] == ['launch/simnet.sh', '--rate', '1gbit', '--']
+  assert timed.hash != mpi.hash
+
+
+def test_duplicates_are_rejected(tmp_path):
+  with pytest.raises(sweep.SweepError) as e:
+    sweep.expand(f'{TINY}:case=dup', str(tmp_path))
+  assert e.value.problems == [
+    "point 2 (s0) duplicates point 0: config_arg='seed=0', overrides={}; add each point once"
+  ]
+
+
+def test_unknown_override_names_the_field(tmp_path):
+  with pytest.raises(sweep.SweepError) as e:
+    sweep.expand(f'{TINY}:case=unknown', str(tmp_path))
+  assert (
+    "override optimizer.learnin_rate=0.1: the config has no field 'optimizer.learnin_rate'; "
+    "did you mean 'optimizer.learning_rate'?"
+  ) in str(e.value)
+  with pytest.raises(sweep.SweepError, match='no such experiment file'):
+    sweep.expand('tests/data/sweep/nothing.py', str(tmp_path))
+  with pytest.raises(sweep.SweepError, match="case='nope' is invalid; allowed: run, dup"):
+    sweep.expand(f'{TINY}:case=nope', str(tmp_path))
+  with pytest.raises(sweep.SweepError) as e:
+    sweep.expand(TINY, str(tmp_path), {'optimizer.momentum': 'high'})
+  assert e.value.problems == [  # Once, not once per point.
+    "every point: override optimizer.momentum='high' is invalid; allowed: a value of type float"
+  ]
+  with pytest.raises(sweep.SweepError, match='could not convert string to float'):
+    sweep.expand(TINY, str(tmp_path), {'optimizer.momentum': 'high'}, overrides_as_text=True)
+
+
+def test_an_invalid_point_refuses_the_sweep_and_creates_nothing(tmp_path):
+  workdir = tmp_path / 'runs'
+  p = _cli(f'--config={TINY}:case=invalid', f'--workdir={workdir}')
+  assert p.returncode == 2, p.stderr
+  lines = p.stderr.splitlines()
+  assert len(lines) == 4, p.stderr
+  assert lines[0] == (
+    'error: point 0 (s0.num_workers-0): num_workers=0 is invalid; allowed: an integer >= 1'
+  )
+  assert lines[1].startswith(
+    "error: point 2 (s2.name-bogus.batch_size--1): algorithm.name='bogus' is invalid; allowed: "
+  )
+  assert lines[2] == (
+    'error: point 2 (s2.name-bogus.batch_size--1): batch_size=-1 is invalid; allowed: an '
+    'integer >= 1'
+  )
+  assert lines[3] == 'error: sweep refused (3 problem(s)); nothing was written'
+  assert not workdir.exists()
+
+
+def test_slug_and_hash_are_stable_across_processes(tmp_path):
+  code = (
+    'import json, sys; from cocod_jax import sweep; '
+    'print(json.dumps([(p.slug, p.hash, p.dir) for p in sweep.expand(*sys.argv[1:])]))'
+  )
+  p = subprocess.run(
+    [sys.executable, '-c', code, TINY, str(tmp_path)],
+    cwd=ROOT,
+    env=dict(ENV, PYTHONHASHSEED='12345'),
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
+  assert p.returncode == 0, p.stderr
+  here = [[q.slug, q.hash, q.dir] for q in sweep.expand(TINY, str(tmp_path))]
+  assert json.loads(p.stdout) == here
+
+
+def test_parallel_is_refused_for_mpi_points_and_link_rate_needs_root(tmp_path, capsys, monkeypatch):
+  sweep.run_sweep(f'{TINY}:case=mixed', str(tmp_path / 'w'), parallel=4, dry_run=True)
+  assert '--parallel=4 ignored: this sweep has MPI points (timing)' in capsys.readouterr().out
+  monkeypatch.setattr(sweep.os, 'geteuid', lambda: 1000)
+  with pytest.raises(sweep.SweepError, match='--link_rate=1gbit needs root'):
+    sweep.run_sweep(f'{TINY}:case=mixed', str(tmp_path / 'w'), link_rate='1gbit')
+  assert not (tmp_path / 'w').exists()
+
+
+# --------------------------------------------------------------------------- states
+
+
+def _write(path, obj):
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, 'w') as f:
+    json.dump(obj, f)
+
+
+@pytest.fixture(name='point')
+def _point(tmp_path):
+  return sweep.expand(TINY, str(tmp_path))[0]
+
+
+def _dead_pid():
+  p = subprocess.Popen(['true'])
+  p.wait()
+  return p.pid
+
+
+def test_states(point, tmp_path, monkeypatch):
+  d = point.dir
+  host = socket.gethostname()
+  assert sweep.state(point, HEAD) == sweep.State('PENDING')
+  _write(f'{d}/point.json', dict(hash=point.hash, commit=HEAD))
+  assert sweep.state(point, HEAD) == sweep.State('INCOMPLETE', stale=False)
+  assert sweep.state(point, 'another').stale is True
+  assert sweep.state(point, 'unknown').stale is False  # No git: nothing to compare with.
+  _write(f'{d}/lock', dict(pid=os.getpid(), host=host))
+  assert sweep.state(point, HEAD).name == 'RUNNING'
+  _write(f'{d}/lock', dict(pid=_dead_pid(), child_pid=_dead_pid(), host=host))
+  assert sweep.state(point, HEAD).name == 'INCOMPLETE'
+  _write(f'{d}/lock', dict(pid=os.getpid(), host='elsewhere'))  # Cannot be checked from here.
+  assert sweep.state(point, HEAD).name == 'INCOMPLETE'
+  _write(f'{d}/lock', dict(pid=None, host=host, slurm_job_id='77_3'))
+  monkeypatch.setattr(sweep.shutil, 'which', lambda name: None)  # No squeue: trust the lock.
+  assert sweep.state(point, HEAD) == sweep.State('RUNNING', False, 'Slurm job 77_3')
+  bin_dir = tmp_path / 'bin'
+  bin_dir.mkdir()
+  squeue = bin_dir / 'squeue'
+  squeue.write_text(
+    '#!/bin/sh\necho "slurm_load_jobs error: Invalid job id specified" >&2\nexit 1\n'
+  )
+  squeue.chmod(0o755)
+  monkeypatch.undo()
+  monkeypatch.setenv('PATH', f'{bin_dir}:{os.environ["PATH"]}')
+  assert sweep.state(point, HEAD).name == 'INCOMPLETE'  # Slurm no longer knows the job.
+  os.remove(f'{d}/lock')
+  _write(f'{d}/status.json', dict(rc=1))
+  assert sweep.state(point, HEAD) == sweep.State('FAILED', False, 'exit status 1')
+  _write(f'{d}/status.json', dict(rc=75))
+  assert sweep.state(point, HEAD).name == 'INCOMPLETE'  # Preempted: a rerun resumes.
+  _write(f'{d}/results.json', dict(status='diverged', config=point.config))
+  assert sweep.state(point, HEAD).name == 'DIVERGED'
+  _write(f'{d}/results.json', dict(status='completed', config=point.config, final={}))
+  assert sweep.state(point, HEAD) == sweep.State('DONE', False)
+  moved = dict(point.config, data_dir='/elsewhere')  # Left out of the hash: still DONE.
+  _write(f'{d}/results.json', dict(status='completed', config=moved, final={}))
+  assert sweep.state(point, HEAD).name == 'DONE'
+  _write(f'{d}/results.json', dict(status='completed', config=dict(point.config, seed=5)))
+  s = sweep.state(point, HEAD)
+  assert s.name == 'MISMATCH' and 'differs at seed' in s.detail
+  _write(f'{d}/point.json', dict(hash='00000000', commit=HEAD))
+  assert sweep.state(point, HEAD).name == 'MISMATCH'
+
+
+def test_which_points_run(point):
+  to_run = sweep._to_run  # pylint: disable=protected-access
+
+  def runs(name, stale=None, retry_failed=False, rerun_stale=False):
+    states = {point.dir: sweep.State(name, stale)}
+    return bool(to_run([point, point], states, retry_failed, rerun_stale))
+
+  assert runs('PENDING') and runs('INCOMPLETE') and runs('INCOMPLETE', stale=True)
+  assert not runs('FAILED') and runs('FAILED', retry_failed=True)
+  assert not runs('DONE') and not runs('DIVERGED') and not runs('DONE', stale=True)
+  assert runs('DONE', stale=True, rerun_stale=True) and not runs('DONE', False, rerun_stale=True)
+  assert not runs('RUNNING', stale=True, rerun_stale=True)
+  assert not runs('MISMATCH', retry_failed=True, rerun_stale=True)
+  states = {point.dir: sweep.State('PENDING')}
+  assert len(to_run([point, point], states, False, False)) == 1  # One run per directory.
+
+
+def test_points_with_equal_hashes_share_a_directory(tmp_path):
+  first = sweep.expand(TINY, str(tmp_path))[0]
+  os.makedirs(first.dir)
+  os.rename(first.dir, first.dir.replace('/s0-', '/other-'))
+  again = sweep.expand(TINY, str(tmp_path))[0]
+  assert again.dir == first.dir.replace('/s0-', '/other-')
+
+
+def test_table_renderer_golden():
+  records = [
+    dict(dir='/w/points/cocod_sgd.c10_r18.cpu.s0-0a1b2c3d', state='DONE', stale=False,
+         wall_s=41.234, metrics=dict(test_accuracy=0.91234, train_time_s=12.25), detail=''),
+    dict(dir='/w/points/ssgd.c10_r18.cpu.s0-11111111', state='DIVERGED', stale=True, wall_s=3.0,
+         metrics=None, detail=''),
+    dict(dir='/w/points/pipe_sgd.c10_r18.cpu.s0-22222222', state='FAILED', stale=False,
+         wall_s=2.5, metrics=None, detail='exit status 2'),
+    dict(dir='/w/points/local_sgd.c10_r18.cpu.s0-33333333', state='RUNNING', stale=None,
+         wall_s=None, metrics=None, detail='pid 123 on host'),
+    dict(dir='/w/points/local_sgd.c10_r18.cpu.s1-44444444', state='PENDING', stale=None,
+         wall_s=None, metrics=None, detail=''),
+  ]  # fmt: skip
+  _golden('table.golden.md', sweep.render(records, HEAD))
+
+
+# --------------------------------------------------------------------------- Slurm
+
+
+def _normalized(text, points, workdir):
+  text = text.replace(sys.executable, '<PYTHON>').replace(str(workdir), '<WORKDIR>')
+  for i, p in enumerate(points):
+    text = text.replace(p.hash, f'<HASH{i}>')
+  return text.replace(ROOT, '<ROOT>')
+
+
+def test_slurm_script_and_pending_golden(tmp_path, capsys):
+  config = f'{TINY}:case=mixed'
+  sweep.run_sweep(config, str(tmp_path), launcher='slurm', dry_run=True, parallel=3)
+  printed = capsys.readouterr().out
+  assert not tmp_path.joinpath('sweeps').exists()  # A dry run writes nothing.
+  sweep.run_sweep(
+    config, str(tmp_path), launcher='slurm', slurm_args=('--time=01:00:00',), timeout_s=600
+  )
+  out = tmp_path / 'sweeps' / 'tiny.mixed'
+  assert 'submit with: sbatch ' + str(out / 'sweep.sbatch') in capsys.readouterr().out
+  points = sweep.expand(config, str(tmp_path))
+  script = (out / 'sweep.sbatch').read_text()
+  pending = json.loads((out / 'pending.json').read_text())
+  pending['commit'] = '<COMMIT>'
+  _golden('sweep.sbatch.golden', _normalized(script, points, tmp_path))
+  pending_text = json.dumps(pending, indent=2) + '\n'
+  _golden('pending.json.golden', _normalized(pending_text, points, tmp_path))
+  assert '#SBATCH --array=0-1%1' in printed  # Its MPI point: one at a time.
+  assert not tmp_path.joinpath('points').exists()  # Nothing runs here.
+
+
+# --------------------------------------------------------------------------- real runs
+
+
+def test_rerun_stale_moves_the_old_directory_aside(tmp_path):
+  config = f'{TINY}:case=missing'
+  (point,) = sweep.expand(config, str(tmp_path))
+  _write(f'{point.dir}/point.json', dict(hash=point.hash, commit='0ld' * 8))
+  _write(f'{point.dir}/results.json', dict(status='completed', config=point.config, final={}))
+  (record,) = sweep.run_sweep(config, str(tmp_path))
+  assert record['state'] == 'DONE' and record['stale'] is True  # Kept, not rerun.
+  (record,) = sweep.run_sweep(config, str(tmp_path), rerun_stale=True)
+  assert record['state'] == 'FAILED' and record['stale'] is False  # Its dataset is missing.
+  assert os.path.exists(f'{point.dir}.stale-0ld0ld0l/results.json')
+
+
+def test_timeout_fails_the_point(tmp_path):
+  (record,) = sweep.run_sweep(f'{TINY}:case=missing', str(tmp_path), timeout_s=0.3)
+  assert record['state'] == 'FAILED' and record['rc'] == sweep.EXIT_TIMED_OUT
+  status = json.load(open(os.path.join(record['dir'], 'status.json')))
+  assert status['timed_out'] is True and status['log_tail'][0].startswith('=== ')
+  assert not os.path.exists(os.path.join(record['dir'], 'lock'))
+
+
+@pytest.fixture(scope='module', name='ran')
+def _ran(tmp_path_factory):
+  """One sweep of two real runs and one the entry point refuses (missing dataset file)."""
+  workdir = tmp_path_factory.mktemp('sweep') / 'w'
+  heads = [sweep.git_head()]
+  p = _cli(f'--config={TINY}', f'--workdir={workdir}', '--parallel=2', timeout=300)
+  return workdir, p, heads + [sweep.git_head()]  # Other work may commit meanwhile.
+
+
+def test_a_failing_point_leaves_the_others_done(ran):
+  workdir, p, heads = ran
+  assert p.returncode == 1, p.stdout + p.stderr
+  points = sweep.expand(TINY, str(workdir))
+  info = json.load(open(os.path.join(points[1].dir, 'point.json')))
+  assert info['commit'] in heads
+  records = sweep.collect(points, info['commit'])
+  assert [r['state'] for r in records] == ['DONE', 'DONE', 'FAILED']
+  assert [r['stale'] for r in records] == [False, False, False]
+  assert records[0]['results']['status'] == 'completed'
+  assert records[0]['metrics']['test_accuracy'] > 0.5 and records[0]['wall_s'] > 0
+  status = json.load(open(os.path.join(points[2].dir, 'status.json')))
+  assert status['rc'] == 2 and status['host'] == socket.gethostname()
+  assert any('does not exist' in line for line in status['log_tail'])
+  assert 'log_tail' not in json.load(open(os.path.join(points[0].dir, 'status.json')))
+  assert info['hash'] == points[1].hash
+  assert info['command'] == sweep.command(points[1]) and info['config'] == points[1].config
+  assert info['overrides'] == {'optimizer.learning_rate': 0.05}
+  for p_ in points:
+    assert not os.path.exists(os.path.join(p_.dir, 'lock'))
+  assert 'done in' in p.stdout and 'test acc' in p.stdout
+  assert 'FAILED (exit status 2) in' in p.stdout and 'does not exist' in p.stdout
+  table = (workdir / 'sweeps' / 'tiny' / 'sweep.md').read_text()
+  assert '3 points: 2 DONE, 1 FAILED' in table and table[table.index('| point') :] in p.stdout
+  summary = json.loads((workdir / 'sweeps' / 'tiny' / 'sweep.json').read_text())
+  assert [r['state'] for r in summary['points']] == ['DONE', 'DONE', 'FAILED']
+  assert 'results' not in summary['points'][0] and summary['points'][0]['metrics']
+
+
+def test_second_invocation_launches_nothing(ran):
+  workdir = ran[0]
+  before = _snapshot(workdir / 'points')
+  p = _cli(f'--config={TINY}', f'--workdir={workdir}')
+  assert p.returncode == 1, p.stderr
+  assert '(2 finished, 0 to run)' in p.stdout and 'running' not in p.stdout
+  assert _snapshot(workdir / 'points') == before
+
+
+def test_dry_run_and_report_only(ran, capsys, tmp_path):
+  workdir = ran[0]
+  before = _snapshot(workdir)
+  records = sweep.run_sweep(TINY, str(workdir), dry_run=True, retry_failed=True)
+  out = capsys.readouterr().out
+  assert [r['state'] for r in records] == ['DONE', 'DONE', 'FAILED']
+  assert 'run ' + os.path.basename(records[2]['dir']) + '  FAILED' in out  # --retry_failed.
+  assert '--config.dataset.path=tests/data/sweep/missing.npz' in out
+  assert _snapshot(workdir) == before
+  sweep.run_sweep(TINY, str(tmp_path / 'fresh'), dry_run=True)
+  assert not (tmp_path / 'fresh').exists()
+  md = workdir / 'sweeps' / 'tiny' / 'sweep.md'
+  text = md.read_text()
+  md.unlink()
+  records = sweep.run_sweep(TINY, str(workdir), report_only=True)
+  assert md.read_text() == text
+  assert records[1]['results']['final'] == records[1]['metrics']
+  assert {k: v for k, v in _snapshot(workdir / 'points').items()} == {
+    k: v for k, v in before.items() if k.startswith(str(workdir / 'points'))
+  }
+
+
+def test_run_index_runs_one_pending_point(ran, monkeypatch, capsys):
+  workdir = ran[0]
+  sweep.run_sweep(TINY, str(workdir), launcher='slurm', retry_failed=True)
+  pending = json.loads((workdir / 'sweeps' / 'tiny' / 'pending.json').read_text())
+  assert [e['state'] for e in pending['points']] == ['FAILED']
+  assert '--retry_failed' in (workdir / 'sweeps' / 'tiny' / 'sweep.sbatch').read_text()
+  with pytest.raises(sweep.SweepError, match='--run_index=1 is invalid; allowed: 0..0'):
+    sweep.run_task(TINY, str(workdir), 1, retry_failed=True)
+  monkeypatch.setenv('SLURM_ARRAY_JOB_ID', '77')
+  monkeypatch.setenv('SLURM_ARRAY_TASK_ID', '0')
+  assert sweep.run_task(TINY, str(workdir), 0) == 1  # FAILED, and not to be retried.
+  assert sweep.run_task(TINY, str(workdir), 0, retry_failed=True) == 1
+  point = pending['points'][0]['dir']
+  info = json.load(open(os.path.join(point, 'point.json')))
+  assert info['slurm_job_id'] == '77_0' and info['launcher'] == 'slurm' and info['attempt'] == 2
+  log = open(os.path.join(point, 'log.txt')).read()
+  assert log.count('=== ') == 2  # The first attempt's log is kept above the second's.
+  assert '[1/1]' in capsys.readouterr().out
