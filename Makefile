@@ -37,7 +37,9 @@ $(STAMP): requirements.txt requirements.lock Makefile launch/find_cuda.sh
 	touch $(STAMP)
 
 # CoCoD-SGD on 2 MPI ranks; the last line is the measured Tp, Tc and fraction of communication hidden.
+# A fresh run each time (the same workdir would otherwise resume from its last checkpoint).
 quickstart: $(STAMP)
+	rm -rf runs/quickstart
 	launch/mpirun.sh -np 2 $(PY) -m cocod_jax.main --config=configs/quickstart.py \
 	  --workdir=runs/quickstart
 

@@ -224,3 +224,15 @@ def describe(tm) -> str:
     f'{tm["step_time_s"] * 1e3:.1f} ms per step, communication hidden '
     + ('n/a' if hidden is None else f'{hidden:.0%}')
   )
+
+
+def model_step_time(algorithm: str, tp: float, tc: float, k: int) -> float:
+  """Section 4.2's time per step for a local step of `tp` and an allreduce of `tc` seconds
+  (ALGORITHMS.md, the time model); AsynLocal-SGD's is Local-SGD's with the slowest worker's step."""
+  return {
+    'ssgd': tp + tc,
+    'local_sgd': tp + tc / k,
+    'asynlocal_sgd': tp + tc / k,
+    'pipe_sgd': max(tp, tc),
+    'cocod_sgd': max(tp, tc / k),
+  }[algorithm]

@@ -7,7 +7,7 @@
 1500 training and 297 test images, batch 16 per worker, period 1 for the first epoch then 5,
 10 epochs. The snapshot allreduce runs in the background thread while the local steps run; the
 last line gives the measured Tp, Tc and the fraction of communication hidden. Without MPI:
-`--config.backend=emulated` (then any `--config.num_workers`). Expected: final test accuracy of
+`--config.backend=one_host` (then any `--config.num_workers`). Expected: final test accuracy of
 the averaged model >= 0.95 (README has the measured figure), about 15 s on 2 CPU cores.
 """
 

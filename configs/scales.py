@@ -13,6 +13,8 @@
   on digits, 1 epoch.
 """
 
+from cocod_jax import config_args
+
 SCALES = ('paper', 'cpu', 'smoke')
 # task -> (dataset, model) at the paper's scale
 TASKS = {
@@ -69,9 +71,24 @@ def apply(c, task: str, scale: str):
 
 def timed(c, scale: str):
   """The timing runs of Figures 3 and 6: real MPI, one process per worker, every round timed;
-  16 workers at the paper's scale, 2 (this machine's cores) below it."""
+  16 workers at the paper's scale; below it 2 (this machine's cores), each with 8 times the
+  basic batch, so the total batch, the steps per epoch and the learning rate stay those of the
+  16-worker accuracy runs."""
   c.backend = 'mpi'
   if scale != 'paper':
+    factor = c.num_workers // 2
+    c.batch_size *= factor
+    c.optimizer.learning_rate *= factor  # lr_1 scales with the basic batch (linear scaling).
     c.num_workers = 2
   c.timeline.sample_every = 1
   return c
+
+
+def sweep_cells(add, arg, points):
+  """The sweep of a table's experiment file: `points(scale, seeds)` gives (algo, task, seed) of
+  each cell; the argument takes `scale`, `seeds` and `timing`."""
+  a = config_args.parse(arg, dict(scale='cpu', seeds=1, timing=False))
+  config_args.choice('scale', a.scale, SCALES)
+  timing = ',timing=true' if a.timing else ''
+  for algo, task, seed in points(a.scale, a.seeds):
+    add(config_arg=f'algo={algo},task={task},scale={a.scale},seed={seed}{timing}')

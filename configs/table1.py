@@ -48,8 +48,4 @@ def points(scale, seeds):
 
 
 def sweep(add, arg=None):
-  a = config_args.parse(arg, dict(scale='cpu', seeds=1, timing=False))
-  config_args.choice('scale', a.scale, scales.SCALES)
-  timing = ',timing=true' if a.timing else ''
-  for algo, task, seed in points(a.scale, a.seeds):
-    add(config_arg=f'algo={algo},task={task},scale={a.scale},seed={seed}{timing}')
+  scales.sweep_cells(add, arg, points)

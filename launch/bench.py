@@ -43,6 +43,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from cocod_jax import timeline  # noqa: E402
 from launch import plot_timeline  # noqa: E402
 
 ALGOS = ('ssgd', 'pipe_sgd', 'local_sgd', 'cocod_sgd')
@@ -74,12 +75,7 @@ FLAGS = flags.FLAGS
 
 def predicted_step(algorithm, tp, tc, k=K):
   """Section 4.2's time per step for measured Tp and Tc (ALGORITHMS.md, the time model)."""
-  return {
-    'ssgd': tp + tc,
-    'local_sgd': tp + tc / k,
-    'pipe_sgd': max(tp, tc),
-    'cocod_sgd': max(tp, tc / k),
-  }[algorithm]
+  return timeline.model_step_time(algorithm, tp, tc, k)
 
 
 def write_data(path, n_train=20480, n_test=2048, dim=64, classes=10, seed=0):
@@ -345,13 +341,10 @@ def checkpoint_lines(result):
   return lines
 
 
-def predicted_hetero(algorithm, ps, tp_slow, tc, k=K):
+def predicted_hetero(algorithm, tp_slow, tc, k=K):
   """Time per global step of a mixed cluster (ALGORITHMS.md): the slowest worker's step without
   balance; balanced (PS, AsynLocal-SGD) the homogeneous model with the balanced step, which on
   this cluster is the slow rank's: `tp_slow` either way."""
-  if algorithm == 'asynlocal_sgd':
-    return tp_slow + tc / k
-  del ps
   return predicted_step(algorithm, tp_slow, tc, k)
 
 
@@ -373,9 +366,9 @@ def hetero_lines(hetero):
     tcs = [b['Tc_s'] for b in base]
     epoch = [r['step_time_s'] * r['steps_per_epoch'] for r in rs]
     base_epoch = [b['step_time_s'] * b['steps_per_epoch'] for b in base]
-    model = [predicted_hetero(algorithm, ps, tp, tc) for tp, tc in zip(slow, tcs)]
+    model = [predicted_hetero(algorithm, tp, tc) for tp, tc in zip(slow, tcs)]
     model_speedup = [
-      predicted_hetero('ssgd', False, tp, tc) * b['steps_per_epoch'] / (m * r['steps_per_epoch'])
+      predicted_hetero('ssgd', tp, tc) * b['steps_per_epoch'] / (m * r['steps_per_epoch'])
       for tp, tc, m, r, b in zip(slow, tcs, model, rs, base)
     ]
     rows[name] = speedup = [b / e for b, e in zip(base_epoch, epoch)]

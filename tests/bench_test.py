@@ -115,7 +115,7 @@ def test_overhead_and_comm_targets():
 
 def test_hetero_model_and_rows():
   # Slow rank's step 0.2 s, Tc 0.2 s, k = 5: S-SGD 0.4, Pipe+PS 0.2, AsynLocal 0.24, CoCoD+PS 0.2.
-  got = [bench.predicted_hetero(a, ps, 0.2, 0.2) for _, a, ps in bench.HETERO]
+  got = [bench.predicted_hetero(a, 0.2, 0.2) for _, a, _ in bench.HETERO]
   np.testing.assert_allclose(got, [0.4, 0.4, 0.2, 0.24, 0.2], rtol=1e-9)
 
   def run(step, spe, hidden=0.0):

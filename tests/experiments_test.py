@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from cocod_jax import timeline
 from cocod_jax.experiments import common
 from configs import scales
 
@@ -105,5 +106,5 @@ def test_speedup_model_by_hand():
   # Tp = 0.1 and Tc(4) = 0.3: step max(0.1, 0.06) = 0.1, speedup 4.
   assert common.ring_tc(0.2, 2, 4) == pytest.approx(0.3)
   assert common.ring_tc(0.2, 2, 1) == 0.0
-  assert 4 * 0.1 / common.model_step('cocod_sgd', 0.1, 0.3, 5) == pytest.approx(4.0)
-  assert 4 * 0.1 / common.model_step('ssgd', 0.1, 0.3, 5) == pytest.approx(1.0)
+  assert 4 * 0.1 / timeline.model_step_time('cocod_sgd', 0.1, 0.3, 5) == pytest.approx(4.0)
+  assert 4 * 0.1 / timeline.model_step_time('ssgd', 0.1, 0.3, 5) == pytest.approx(1.0)

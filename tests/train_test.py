@@ -1,4 +1,4 @@
-"""Trajectories of the four algorithms on the emulated cluster against tests/reference.py.
+"""Trajectories of the algorithms on the one-host cluster against tests/reference.py.
 
 The `linear` model starts at zero and every batch covers its worker's whole shard, so each run
 is deterministic and the NumPy transcription of ALGORITHMS.md gives the expected final model.

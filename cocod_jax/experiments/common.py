@@ -25,6 +25,7 @@ from absl import logging
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
+from cocod_jax import timeline  # noqa: E402
 from cocod_jax.experiments import published  # noqa: E402
 
 flags.DEFINE_string('workdir', 'runs/paper', 'Where the points and the artefacts go.')
@@ -381,16 +382,6 @@ def epoch_time(results) -> float | None:
   return (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None
 
 
-def model_step(algo: str, tp: float, tc: float, k: int) -> float:
-  """Section 4.2's time per step (ALGORITHMS.md, the time model)."""
-  return {
-    'ssgd': tp + tc,
-    'local_sgd': tp + tc / k,
-    'pipe_sgd': max(tp, tc),
-    'cocod_sgd': max(tp, tc / k),
-  }[algo]
-
-
 def ring_tc(tc_measured: float, n_measured: int, n: int) -> float:
   """Tc at n workers from Tc at n_measured, for a ring allreduce (time ~ 2 (n - 1) / n)."""
   if n <= 1:
@@ -425,7 +416,7 @@ def speedup(points, algos, link, largest=16):
     tc = runs[top]['timing']['Tc_s']
     k = runs[top]['config']['algorithm']['period']
     measured = {n: base / epoch_time(r) for n, r in sorted(runs.items())}
-    model = {n: n * tp / model_step(algo, tp, ring_tc(tc, top, n), k) for n in ns}
+    model = {n: n * tp / timeline.model_step_time(algo, tp, ring_tc(tc, top, n), k) for n in ns}
     for n, r in sorted(runs.items()):
       t = r['timing']
       rows.append(
