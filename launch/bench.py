@@ -416,7 +416,7 @@ def _script(*args, timeout=1800):
 def measure_overhead(out):
   print('overhead (one process, bare loop against train_and_evaluate):', flush=True)
   path = os.path.join(out, 'overhead.json')
-  _script(sys.executable, 'launch/bench_overhead.py', f'--out={path}')
+  _script(sys.executable, 'launch/bench_overhead.py', '--repeats=7', '--epochs=12', f'--out={path}')
   with open(path) as f:
     return json.load(f)
 

@@ -39,7 +39,15 @@ def _state(workers):
   one = jax.eval_shape(
     lambda: steps.create_train_state(model, jax.random.PRNGKey(0), (32, 32, 3), 0)
   )
-  return jax.tree.map(lambda s: jnp.full((workers,) + s.shape, 1, s.dtype), one)
+  leaves, treedef = jax.tree.flatten(one)
+  keys = jax.random.split(jax.random.PRNGKey(1), len(leaves))
+
+  def fill(key, s):  # Random values: a constant array would compress to nothing on disk.
+    if jnp.issubdtype(s.dtype, jnp.floating):
+      return jax.random.normal(key, (workers,) + s.shape, s.dtype)
+    return jnp.zeros((workers,) + s.shape, s.dtype)
+
+  return jax.tree.unflatten(treedef, [fill(k, s) for k, s in zip(keys, leaves)])
 
 
 def _du(path):
