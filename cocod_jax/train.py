@@ -96,13 +96,20 @@ def make_cluster(config, plan: Plan):
   return one_host.OneHostCluster(plan.fns, config, plan.weights)
 
 
+def batch_width(cluster, plan: Plan) -> int:
+  """Examples a step computes on: the largest M_i of the workers this process holds. The one-host
+  cluster pads every worker to the largest batch (one vmapped shape; the mask keeps the padding
+  out); under MPI each rank computes on its own M_i only."""
+  return max(plan.sizes[i] for i in cluster.workers)
+
+
 def place(cluster, config, plan: Plan, dataset):
   """The workers' shards (without batches yet) and the common x_0, on the cluster's devices."""
-  here, m_max = cluster.workers, max(plan.sizes)
+  here, width = cluster.workers, batch_width(cluster, plan)
   data = steps_lib.WorkerData(
     x=cluster.put({i: dataset.x_train[plan.shards[i]] for i in here}),
     y=cluster.put({i: dataset.y_train[plan.shards[i]] for i in here}),
-    mask=cluster.put({i: (np.arange(m_max) < plan.sizes[i]).astype(np.float32) for i in here}),
+    mask=cluster.put({i: (np.arange(width) < plan.sizes[i]).astype(np.float32) for i in here}),
     batches=None,
     rows=cluster.put({i: np.int32(plan.rows[i]) for i in here}),
     first_step=None,
@@ -113,8 +120,8 @@ def place(cluster, config, plan: Plan, dataset):
   return data, state
 
 
-def batch_table(config, plan: Plan, epoch: int, worker: int) -> np.ndarray:
-  """[rows_i, M_max] indices into `worker`'s shard for one epoch (columns >= M_i unused).
+def batch_table(config, plan: Plan, epoch: int, worker: int, width: int) -> np.ndarray:
+  """[rows_i, width] indices into `worker`'s shard for one epoch (columns >= M_i unused).
 
   Drawn from a generator of its own per (seed, epoch, worker), so every runtime and every process
   draws the same batches without sharing a random stream.
@@ -124,7 +131,7 @@ def batch_table(config, plan: Plan, epoch: int, worker: int) -> np.ndarray:
     order = np.random.default_rng([config.seed, epoch, worker]).permutation(size)
   else:
     order = np.arange(size)
-  out = np.zeros((rows, max(plan.sizes)), np.int32)
+  out = np.zeros((rows, width), np.int32)
   out[:, :m_i] = order[: rows * m_i].reshape(rows, m_i)
   return out
 
@@ -387,6 +394,7 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
   tl = timeline_lib.Timeline(cluster.backend == 'mpi', cluster.rank, config.timeline.sample_every)
   algo = algorithms.get(config.algorithm.name, algorithms.base.Context(cluster, config, tl, spe))
   data, state = place(cluster, config, plan, dataset)
+  here, width = cluster.workers, batch_width(cluster, plan)
   cluster.preflight(config, state)
   tests = test_batches(dataset, cluster.device)
   ckpt = checkpoints.Checkpointer(workdir, cluster.rank, cluster.processes, cluster.barrier, c.keep)
@@ -425,8 +433,8 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
         tl.epoch = pos.epoch = epoch
         first = algo.worker_steps((epoch - 1) * spe)
         data = data._replace(
-          batches=cluster.put({i: batch_table(config, plan, epoch, i) for i in cluster.workers}),
-          first_step=cluster.put({i: np.int32(first[i]) for i in cluster.workers}),
+          batches=cluster.put({i: batch_table(config, plan, epoch, i, width) for i in here}),
+          first_step=cluster.put({i: np.int32(first[i]) for i in here}),
         )
         watch = Stopwatch()
         try:
@@ -462,7 +470,7 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
         pos.epoch, pos.losses = epoch + 1, []
         save, preempt = checkpoint_due(run, pos.step, True, last, force=True)  # Ranks meet here.
         if save or (c.every_epochs and (epoch % c.every_epochs == 0 or epoch == epochs)):
-          checkpoint(watch, preempt)
+          checkpoint(Stopwatch(), preempt)  # A fresh watch: the evaluation is not training.
 
     watch = Stopwatch()
     algo.finish()  # Pipe-SGD: the average still in flight after the last step is dropped.

@@ -86,7 +86,7 @@ def bare():
     if epoch == 2:
       start = time.perf_counter()
     data = data._replace(
-      batches=jax.device_put(train.batch_table(config, plan, epoch, 0)),
+      batches=jax.device_put(train.batch_table(config, plan, epoch, 0, plan.sizes[0])),
       first_step=jax.device_put(np.int32((epoch - 1) * spe)),
     )
     losses = []

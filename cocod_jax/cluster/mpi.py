@@ -2,12 +2,15 @@
 
 Two parts, each small:
 
-- `MPICommunicator`, the staging and the allreduce. `start(tree)` scales this worker's copy by
-  `w_i` and packs it, on the device and in one compiled program, into one flat float32 vector
-  followed by one divergence flag per rank (this rank's flag is 1 when its contribution holds
-  NaN or Inf); the thread (`background.BackgroundWorker`) then stages and reduces it; `wait`
-  unpacks the sum. Exactly one collective is in flight at a time. `weighted_mean` (start and
-  wait together, blocking) runs on the caller's thread, with no hand-over to the thread.
+- `MPICommunicator`, the staging and the allreduce (`_Packer` holds one tree structure's
+  layout). `start(tree)` weights this worker's copy by `w_i` on the device into fresh buffers
+  (later steps that donate the tree cannot touch them) and hands it to the thread
+  (`background.BackgroundWorker`), which packs it into one reused float32 vector followed by one
+  divergence flag per rank (this rank's is 1 when its contribution holds NaN or Inf), reduces
+  it, and puts the sum back on the device; `wait` returns it, or raises `Diverged` naming the
+  ranks before anyone takes the sum in. Exactly one collective is in flight at a time. A
+  blocking average (`start(..., blocking=True)`, `weighted_mean`) runs on the caller's thread,
+  with no hand-over: nothing could overlap it.
 - `MPICluster`, this rank's worker: the step functions of `steps.py` jitted for its device
   (donating the state they replace), its shard and batches on that device, and the
   communicator. The algorithms in `algorithms/` drive it exactly as they drive the one-host
@@ -15,17 +18,18 @@ Two parts, each small:
 
 Where the reduction runs (`comm.staging`):
 
-- `host` (default): the packed vector is copied to host memory (on a GPU a device-to-host copy
-  on JAX's transfer stream, never on the compute stream that runs the training steps; on a CPU a
-  view without a copy), mpi4py's `Allreduce` writes into a receive buffer that is allocated once
-  per payload shape and reused, and one copy puts the sum back on the device.
-- `device`: mpi4jax reduces on the compute device itself (for a CUDA-aware MPI; with the PyPI
-  Open MPI wheel an mpi4jax call on a GPU runs inside an XLA program on the compute stream and
-  so queues behind the training steps: shared/NOTES.md).
+- `host` (default): the leaves are copied to host memory (on a GPU a device-to-host copy on
+  JAX's transfer stream, never on the compute stream that runs the training steps; on a CPU a
+  view without a copy) into the send vector, mpi4py's `Allreduce` writes into a receive vector
+  (both allocated once per payload structure and reused), and one batched transfer puts the
+  sum's leaves back on the device.
+- `device`: one compiled program packs, reduces with mpi4jax on the compute device itself and
+  unpacks (for a CUDA-aware MPI; with the PyPI Open MPI wheel an mpi4jax call on a GPU runs inside
+  an XLA program on the compute stream and so queues behind the training steps: NOTES.md).
 
-An earlier `host` path ran mpi4jax on a second CPU device; measured here beside this one (2
-ranks, shared memory, 200 calls): 0.89 against 0.30 ms for 80 KB and 20.6 against 8.9 ms for
-8.4 MB, with the same overlap, so it was dropped.
+An earlier `host` path ran mpi4jax on a second CPU device; measured beside a first NumPy staging
+(2 ranks, shared memory, 200 calls) it took 0.89 against 0.30 ms for 80 KB and 20.6 against
+8.9 ms for 8.4 MB, with the same overlap, so it was dropped (`make bench` has today's figures).
 
 mpi4jax and mpi4py never share a communicator: training collectives go on `self._comm`, the
 control traffic (pre-flight, metrics, barriers) on `self.ctl`, another `Clone()` of COMM_WORLD.
