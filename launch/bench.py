@@ -25,7 +25,9 @@ Sections (each its own table and targets in bench.md):
   against the time model for mixed clusters, per step and per epoch.
 
 Medians with [min, max] over the repeats. Writes `bench.json` (every run's figures) and
-`bench.md`; `--render_only` rewrites bench.md from an existing bench.json.
+`bench.md`; `--render_only` rewrites bench.md from an existing bench.json, and `--sections=...`
+with some sections measures those again and keeps the others of bench.json (the mixed cluster
+alone reuses the earlier calibration).
 """
 
 import json
@@ -482,9 +484,9 @@ def measure_hetero(out, report):
   report['hetero'] = {'rate_kbit': rate, 'runs': runs}
 
 
-def measure(out, sections):
-  """The runs of the chosen sections; returns the report (bench.json's content)."""
-  report = {}
+def measure(out, sections, report):
+  """The runs of the chosen sections, into `report` (bench.json's content, holding the sections
+  of an earlier run that were not chosen again); returns it."""
   if 'overhead' in sections:
     report['overhead'] = measure_overhead(out)
   if 'comm' in sections:
@@ -495,7 +497,7 @@ def measure(out, sections):
     _script(sys.executable, 'launch/bench_checkpoint.py', f'--out={path}')
     with open(path) as f:
       report['checkpoint'] = json.load(f)
-  if 'overlap' in sections or 'hetero' in sections:
+  if 'overlap' in sections or ('hetero' in sections and 'calibration' not in report):
     write_data(os.path.join(out, 'synthetic.npz'))
     print('calibration (S-SGD at two link rates):', flush=True)
     a, b, tp, cal = calibrate(out)
@@ -503,6 +505,8 @@ def measure(out, sections):
       f'  Tc = {a * 1e3:.1f} ms + {b:.0f} ms*kbit/s / rate,  Tp = {tp * 1e3:.1f} ms', flush=True
     )
     report['calibration'] = {'a_s': a, 'b_s_kbit': b, 'Tp_s': tp, 'runs': cal}
+  elif 'hetero' in sections:
+    print('calibration: that of the earlier run in bench.json', flush=True)
   if 'overlap' in sections:
     measure_overlap(out, report)
   if 'hetero' in sections:
@@ -526,7 +530,12 @@ def main(argv):
     if os.geteuid() != 0:
       sys.exit('bench: the simulated network needs root (network namespaces and tc); run as root')
     os.makedirs(out, exist_ok=True)
-    report = measure(out, FLAGS.sections)
+    path = os.path.join(out, 'bench.json')
+    report = {}
+    if set(FLAGS.sections) != set(SECTIONS) and os.path.exists(path):
+      with open(path) as f:  # Some sections measured again; the others kept.
+        report = json.load(f)
+    report = measure(out, FLAGS.sections, report)
   text = render(report)
   print('\n' + text)
   for name, content in (('bench.md', text), ('bench.json', json.dumps(report, indent=2))):
