@@ -20,7 +20,8 @@ nothing that is done. States, read from disk (`state`):
   DONE        results.json completed, its config hashing to the point's hash
   DIVERGED    results.json diverged (finished: not rerun)
   RUNNING     a lock holding a live pid on this host, or a Slurm job id still queued
-  FAILED      status.json with a non-zero exit status (rerun with --retry_failed)
+  FAILED      status.json with a non-zero exit status, or a results.json that does not follow
+              `results_schema` (rerun with --retry_failed)
   INCOMPLETE  point.json but none of the above, e.g. a killed or preempted run (rerun into the
               same directory: the entry point resumes from its checkpoint)
   PENDING     nothing yet
@@ -67,6 +68,7 @@ if ROOT not in sys.path:  # Experiment files import `configs.*` from the reposit
   sys.path.insert(0, ROOT)
 
 from cocod_jax import config_args  # noqa: E402
+from cocod_jax import results_schema  # noqa: E402
 
 # Dotted fields left out of a point's hash: they cannot change its results (where data is read
 # from, how long a collective may take before the job is ended, how often rounds are timed, when
@@ -598,6 +600,10 @@ def state(point: Point, head: str | None = None) -> State:
     )
   results = _read_json(os.path.join(d, 'results.json'))
   if isinstance(results, dict) and results.get('status') in ('completed', 'diverged'):
+    try:
+      results_schema.check_results(results, os.path.join(d, 'results.json'))
+    except results_schema.SchemaError as e:
+      return State('FAILED', stale, str(e))
     recorded = config_hash(results.get('config') or {}, point.link_rate)
     if recorded != point.hash:
       fields = _differences(results.get('config') or {}, point.config)

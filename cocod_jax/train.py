@@ -182,7 +182,7 @@ class Recorder:
   the end or on divergence), metrics.jsonl (one line per epoch), TensorBoard scalars, the console.
   """
 
-  def __init__(self, workdir, config, plan: Plan, cluster, records=()):
+  def __init__(self, workdir, config, plan: Plan, cluster, dataset, records=()):
     self.workdir, self.num_epochs = workdir, config.num_epochs
     self.enabled = cluster.is_chief
     self.records = list(records)  # Continued from a checkpoint when resuming.
@@ -192,6 +192,8 @@ class Recorder:
       batch_sizes=plan.sizes,
       weights=plan.weights,
       steps_per_epoch=plan.steps_per_epoch,
+      train_examples=len(dataset.y_train),
+      test_examples=len(dataset.y_test),  # Tables judge accuracy gaps against this resolution.
       workers=schedules.worker_table(config),
       epochs=self.records,
     )
@@ -401,7 +403,7 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
   guard = checkpoints.PreemptionGuard(c.preempt_deadline_s)
   run = Run(config, plan, cluster, algo, tl, ckpt, None, guard)
   state, pos, records = resume(run) or (state, Position(), [])
-  run = run._replace(out=Recorder(workdir, config, plan, cluster, records))
+  run = run._replace(out=Recorder(workdir, config, plan, cluster, dataset, records))
   measured_from = 2 if epochs >= 2 else 1  # Epoch 1 compiles every function.
   last = {'poll': pos.step, 'save': time.perf_counter()}
 

@@ -88,17 +88,29 @@ def test_accuracy_table_golden(flags_parsed, monkeypatch):
   with open(path) as f:
     assert text == f.read()
   checks = {(c['algo'], c['task']): c['verdict'] for c in data['checks']}
-  # CIFAR-10 column: 90.4 against 90.5, spread 0.28 and 0.71 (wider than 0.5): inconclusive.
-  assert checks[('cocod_sgd', 'c10_r18')].startswith('inconclusive (spread 0.71')
-  assert checks[('cocod_sgd', 'c100_r18')] == 'fail (1 seed)'
+  # CIFAR-10 column: 90.4 against 90.5, spreads 0.28 and 0.71 over 2 seeds: gap -0.1 with a band
+  # of 2 * sqrt(0.2^2 + 0.5^2) = 1.08 straddles -0.5: inconclusive.
+  assert checks[('cocod_sgd', 'c10_r18')] == 'inconclusive (± 1.08)'
+  assert checks[('cocod_sgd', 'c100_r18')] == 'fail (1 seed, no error estimate)'
 
 
 def test_parity_rules():
   cell = lambda values: common.summary(values)
-  assert common.parity(cell([90.0, 90.1]), cell([90.2, 90.3]))[0] == 'pass'
-  assert common.parity(cell([89.0, 89.1]), cell([90.2, 90.3]))[0] == 'fail'
+  # Two seeds each, spread 0.07: band 2 * sqrt(0.05^2 + 0.05^2) = 0.14 around the gap.
+  assert common.parity(cell([90.0, 90.1]), cell([90.2, 90.3]))[0] == 'pass (± 0.14)'
+  assert common.parity(cell([89.0, 89.1]), cell([90.2, 90.3]))[0] == 'fail (± 0.14)'
   assert common.parity(cell([]), cell([90.0]))[0] == 'inconclusive (no result)'
-  assert common.parity(cell([95.0]), cell([90.0])) == ('pass (1 seed)', 5.0)
+  assert common.parity(cell([95.0]), cell([90.0])) == ('pass (1 seed, no error estimate)', 5.0)
+  # One seed on 297 test examples (the digits stand-in): 97% and 99% are 0.99 and 0.58 points
+  # of binomial error, band 2 * 1.146 = 2.29: a 2-point gap cannot be told from parity ...
+  tested = lambda acc: common.summary([acc], test_examples=297)
+  assert common.parity(tested(97.0), tested(99.0))[0] == 'inconclusive (± 2.29)'
+  # ... but a 15-point gap can (the band there is 2 * sqrt(2.13^2 + 0.58^2) = 4.41).
+  assert common.parity(tested(84.0), tested(99.0))[0] == 'fail (± 4.41)'
+  # 98.8% and 99% on 10000 examples (CIFAR's test set): 0.109 and 0.0995 points of binomial
+  # error, band 2 * 0.147 = 0.29.
+  big = lambda acc: common.summary([acc], test_examples=10000)
+  assert common.parity(big(98.8), big(99.0))[0] == 'pass (± 0.29)'
 
 
 def test_speedup_model_by_hand():

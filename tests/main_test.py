@@ -1,12 +1,13 @@
 """The entry point end to end (subprocesses), and every bad input refused before any output."""
 
-import json
 import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+
+from cocod_jax import results_schema
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -43,7 +44,8 @@ def test_one_epoch_every_algorithm(tmp_path, algorithm):
   )
   assert p.returncode == 0, p.stderr[-3000:]
   assert 'epoch   1/1' in p.stdout and 'final (averaged model)' in p.stdout
-  res = json.loads((wd / 'results.json').read_text())
+  res = results_schema.load_results(str(wd / 'results.json'))  # The schema readers rely on.
+  assert len(results_schema.load_metrics(str(wd / 'metrics.jsonl'))) == len(res['epochs']) == 1
   assert res['config']['algorithm']['name'] == algorithm
   assert res['final']['test_accuracy'] > 0.3  # One epoch of the CNN on digits: far above 0.1.
   with np.load(wd / 'final_params.npz') as f:
@@ -212,6 +214,6 @@ def test_divergence_stops_with_one_line(tmp_path):
   errors = [line for line in p.stderr.splitlines() if line.startswith('error: ')]
   assert len(errors) == 1 and 'Traceback' not in p.stderr, p.stderr[-3000:]
   assert 'training diverged' in errors[0] and 'learning rate' in errors[0] and 'step' in errors[0]
-  res = json.loads((wd / 'results.json').read_text())
+  res = results_schema.load_results(str(wd / 'results.json'))
   assert res['status'] == 'diverged' and res['diverged']['workers']
   assert 'final' not in res and not (wd / 'final_params.npz').exists()

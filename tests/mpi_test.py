@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 
+from cocod_jax import results_schema
 from cocod_jax import schedules
 from cocod_jax import train
 from tests import reference
@@ -142,7 +143,7 @@ def test_timeline_and_timing(tmp_path):
   c = _linear_config(tmp_path, 'cocod_sgd', workers=2)
   c.batch_size = 2
   _run_mpi(c, tmp_path / 'run')
-  res = json.loads((tmp_path / 'run' / 'results.json').read_text())
+  res = results_schema.load_results(str(tmp_path / 'run' / 'results.json'))
   assert res['backend'] == 'mpi'
   tm = res['timing']
   assert len(tm['ranks']) == 2 and tm['from_epoch'] == 2 and tm['steps'] == 4 * 5

@@ -266,6 +266,14 @@ def _point(tmp_path):
   return sweep.expand(TINY, str(tmp_path))[0]
 
 
+def _results(config, status='completed'):
+  """A results.json that follows the schema, for a run of `config` that ended with `status`."""
+  rec = dict(epoch=0, train_loss=1.0, test_loss=1.0, test_accuracy=0.5, train_time_s=1.0)
+  out = dict(config=config, backend='one_host', status=status, batch_sizes=[4], weights=[1.0],
+             steps_per_epoch=1, workers=[], epochs=[rec])  # fmt: skip
+  return dict(out, final=rec) if status == 'completed' else dict(out, diverged={'step': 1})
+
+
 def _dead_pid():
   p = subprocess.Popen(['true'])
   p.wait()
@@ -304,14 +312,19 @@ def test_states(point, tmp_path, monkeypatch):
   assert sweep.state(point, HEAD) == sweep.State('FAILED', False, 'exit status 1')
   _write(f'{d}/status.json', dict(rc=75))
   assert sweep.state(point, HEAD).name == 'INCOMPLETE'  # Preempted: a rerun resumes.
-  _write(f'{d}/results.json', dict(status='diverged', config=point.config))
+  _write(f'{d}/results.json', _results(point.config, 'diverged'))
   assert sweep.state(point, HEAD).name == 'DIVERGED'
-  _write(f'{d}/results.json', dict(status='completed', config=point.config, final={}))
+  _write(f'{d}/results.json', _results(point.config))
   assert sweep.state(point, HEAD) == sweep.State('DONE', False)
+  broken = _results(point.config)
+  del broken['epochs'][0]['test_accuracy']  # Rerun it (--retry_failed) rather than plot it.
+  _write(f'{d}/results.json', broken)
+  s = sweep.state(point, HEAD)
+  assert s.name == 'FAILED' and "epochs[0] has no 'test_accuracy'" in s.detail
   moved = dict(point.config, data_dir='/elsewhere')  # Left out of the hash: still DONE.
-  _write(f'{d}/results.json', dict(status='completed', config=moved, final={}))
+  _write(f'{d}/results.json', _results(moved))
   assert sweep.state(point, HEAD).name == 'DONE'
-  _write(f'{d}/results.json', dict(status='completed', config=dict(point.config, seed=5)))
+  _write(f'{d}/results.json', _results(dict(point.config, seed=5)))
   s = sweep.state(point, HEAD)
   assert s.name == 'MISMATCH' and 'differs at seed' in s.detail
   _write(f'{d}/point.json', dict(hash='00000000', commit=HEAD))
@@ -397,7 +410,7 @@ def test_rerun_stale_moves_the_old_directory_aside(tmp_path):
   config = f'{TINY}:case=missing'
   (point,) = sweep.expand(config, str(tmp_path))
   _write(f'{point.dir}/point.json', dict(hash=point.hash, commit='0ld' * 8))
-  _write(f'{point.dir}/results.json', dict(status='completed', config=point.config, final={}))
+  _write(f'{point.dir}/results.json', _results(point.config))
   (record,) = sweep.run_sweep(config, str(tmp_path))
   assert record['state'] == 'DONE' and record['stale'] is True  # Kept, not rerun.
   (record,) = sweep.run_sweep(config, str(tmp_path), rerun_stale=True)

@@ -253,6 +253,7 @@ def test_asynlocal_matches_reference(tmp_path):
   lr = _warmup(c)
   res = train.train_and_evaluate(c, str(tmp_path / 'run'))
   assert res['steps_per_epoch'] == 2 and res['weights'] == [0.25] * 4
+  assert (res['train_examples'], res['test_examples']) == (60, 10)  # The tables' resolution.
   w, b = _read(tmp_path / 'run')
   expected = reference.run(
     'asynlocal_sgd', _shards(x, y, [10, 20, 10, 20]), 3, 6, lambda t: lr(t, 2), 0.9, 1e-4, 2,

@@ -11,6 +11,7 @@ the averaged model over the epochs, as the paper's "final best test accuracy".
 
 import dataclasses
 import json
+import math
 import os
 import platform
 import socket
@@ -151,13 +152,27 @@ def provenance(points: list[Point], backend: str) -> dict:
 # --------------------------------------------------------------------------- accuracy tables
 
 
-def summary(values: list[float]) -> dict:
+def summary(values: list[float], test_examples: int | None = None) -> dict:
+  """Mean and spread of a cell's best accuracies (in points) over its seeds, and `se`: the
+  standard error of that mean, from the spread over seeds (n > 1) and the binomial sampling
+  error of an accuracy measured on `test_examples` examples (when known). None when neither
+  is known (one seed of an old result)."""
   n = len(values)
+  mean = statistics.mean(values) if n else None
+  std = statistics.stdev(values) if n > 1 else None
+  var = []
+  if std is not None:
+    var.append(std**2 / n)
+  if n and test_examples:
+    p = min(max(mean / 100.0, 0.0), 1.0)
+    var.append(1e4 * p * (1.0 - p) / test_examples)
   return {
     'values': values,
     'n': n,
-    'mean': statistics.mean(values) if n else None,
-    'std': statistics.stdev(values) if n > 1 else None,
+    'mean': mean,
+    'std': std,
+    'test_examples': test_examples,
+    'se': math.sqrt(sum(var)) if var else None,
   }
 
 
@@ -166,28 +181,39 @@ def cells(points: list[Point], algos, tasks) -> dict:
   out = {}
   for algo in algos:
     for task in tasks:
-      values = [
-        p.best
-        for p in points
-        if p.arg['algo'] == algo and p.arg['task'] == task and p.best is not None
+      done = [
+        p for p in points if p.arg['algo'] == algo and p.arg['task'] == task and p.best is not None
       ]
-      out[(algo, task)] = summary(values)
+      sizes = [p.results.get('test_examples') for p in done]
+      out[(algo, task)] = summary(
+        [p.best for p in done], min(sizes) if sizes and all(sizes) else None
+      )
   return out
 
 
 def parity(cell: dict, base: dict) -> tuple[str, float | None]:
-  """The paper's claim that an algorithm does not lose accuracy against S-SGD: pass when its mean
-  is at most MARGIN below S-SGD's, fail when more, inconclusive when the seeds spread wider than
-  the margin (or a cell is empty). With one seed there is no spread to judge; the verdict then
-  rests on the means alone and says so."""
+  """The paper's claim that an algorithm does not lose accuracy against S-SGD (not more than
+  MARGIN below it), judged on the gap d between the means with its noise band d ± 2 se
+  (se from both cells' `se`): pass when the whole band is above -MARGIN, fail when the whole
+  band is below it, inconclusive when the band straddles it (the seeds or the test set are too
+  few to tell). The binomial part treats the two cells' test errors as independent, which
+  overstates the noise of two models on one test set: the verdict leans to inconclusive, never
+  to a pass or fail the data cannot carry. With no noise estimate at all (one seed, test-set
+  size unknown) the verdict rests on the means alone and says so."""
   if not cell['n'] or not base['n']:
     return 'inconclusive (no result)', None
   diff = cell['mean'] - base['mean']
-  spreads = [s for s in (cell['std'], base['std']) if s is not None]
-  if spreads and max(spreads) > MARGIN:
-    return f'inconclusive (spread {max(spreads):.2f} > {MARGIN})', diff
-  verdict = 'pass' if diff >= -MARGIN else 'fail'
-  return verdict + (' (1 seed)' if not spreads else ''), diff
+  errors = [c.get('se') for c in (cell, base)]
+  if any(e is None for e in errors):
+    return ('pass' if diff >= -MARGIN else 'fail') + ' (1 seed, no error estimate)', diff
+  band = 2.0 * math.sqrt(sum(e**2 for e in errors))
+  if diff - band >= -MARGIN:
+    verdict = 'pass'
+  elif diff + band < -MARGIN:
+    verdict = 'fail'
+  else:
+    verdict = 'inconclusive'
+  return f'{verdict} (± {band:.2f})', diff
 
 
 def _cell_text(cell, paper, scale):
@@ -223,7 +249,13 @@ def accuracy_table(title, points, algos, tasks, paper_table, task_title, backend
       _cell_text(grid[(algo, t)], published.accuracy(paper_table, algo, t), scale) for t in tasks
     ]
     lines.append(f'| {published.NAMES[algo]} | ' + ' | '.join(row) + ' |')
-  lines += ['', f'Parity with S-SGD (not more than {MARGIN} points below it):', '']
+  lines += [
+    '',
+    f'Parity with S-SGD (not more than {MARGIN} points below it), the gap with its noise band '
+    '(± 2 standard errors from the spread over seeds and the size of the test set): pass when '
+    'the band lies above the margin, fail when below, inconclusive when it straddles it:',
+    '',
+  ]
   checks = []
   for algo in algos[1:]:
     for t in tasks:
