@@ -37,88 +37,106 @@ def _is_number(v):
   return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
-def errors(config) -> list[str]:
-  """Every invalid field of `config`, one line each (empty when the config is valid)."""
-  out = []
+class _Checks:
+  """Collects one line per invalid value: the field, the value and what is allowed."""
 
-  def check(ok, field, value, allowed):
+  def __init__(self):
+    self.out = []
+
+  def check(self, ok, field, value, allowed):
     if not ok:
-      out.append(f'{field}={value!r} is invalid; allowed: {allowed}')
+      self.out.append(f'{field}={value!r} is invalid; allowed: {allowed}')
 
-  def integer(field, value, low):
-    check(_is_int(value) and value >= low, field, value, f'an integer >= {low}')
+  def integer(self, field, value, low):
+    self.check(_is_int(value) and value >= low, field, value, f'an integer >= {low}')
 
-  def number(field, value, low, strict=True):
+  def number(self, field, value, low, strict=True):
     ok = _is_number(value) and (value > low if strict else value >= low)
-    check(ok, field, value, f'a number {">" if strict else ">="} {low}')
+    self.check(ok, field, value, f'a number {">" if strict else ">="} {low}')
 
-  a, o, c = config.algorithm, config.optimizer, config.comm
-  check(a.name in ALGORITHMS, 'algorithm.name', a.name, list(ALGORITHMS))
-  integer('algorithm.period', a.period, 1)
-  integer('algorithm.warmup_period_epochs', a.warmup_period_epochs, 0)
-  check(config.backend in BACKENDS, 'backend', config.backend, list(BACKENDS))
-  integer('one_host.devices', config.one_host.devices, 0)
-  check(c.staging in STAGINGS, 'comm.staging', c.staging, list(STAGINGS))
-  number('comm.timeout_s', c.timeout_s, 0)
-  integer('timeline.sample_every', config.timeline.sample_every, 0)
-  k = config.checkpoint
-  integer('checkpoint.every_epochs', k.every_epochs, 0)
-  number('checkpoint.interval_s', k.interval_s, 0, strict=False)
-  integer('checkpoint.keep', k.keep, 1)
-  number('checkpoint.preempt_deadline_s', k.preempt_deadline_s, 0)
-  check(config.model.name in models.MODELS, 'model.name', config.model.name, sorted(models.MODELS))
-  d = config.dataset
-  check(d.name in input_pipeline.DATASETS, 'dataset.name', d.name, list(input_pipeline.DATASETS))
-  integer('dataset.num_classes', d.num_classes, 0)
-  if d.name == 'npz' and not d.path:
-    out.append(f"dataset.path='' is invalid for dataset.name='npz'; allowed: a .npz file with "
-               f'arrays {list(input_pipeline.NPZ_KEYS)}')  # fmt: skip
-  integer('num_workers', config.num_workers, 1)
-  integer('batch_size', config.batch_size, 1)
-  integer('num_epochs', config.num_epochs, 1)
-  integer('seed', config.seed, 0)
-  number('optimizer.learning_rate', o.learning_rate, 0)
-  check(_is_number(o.momentum) and 0 <= o.momentum < 1, 'optimizer.momentum', o.momentum, '[0, 1)')
-  number('optimizer.weight_decay', o.weight_decay, 0, strict=False)
-  check(o.lr_scaling in LR_SCALINGS, 'optimizer.lr_scaling', o.lr_scaling, list(LR_SCALINGS))
-  number('optimizer.warmup_epochs', o.warmup_epochs, 0, strict=False)
-  check(
-    _is_number(o.decay_factor) and 0 < o.decay_factor <= 1,
-    'optimizer.decay_factor',
-    o.decay_factor,
-    '0 < factor <= 1',
+
+def _run_fields(config, v: _Checks) -> None:
+  """The algorithm, the runtimes and the run's own bookkeeping."""
+  a, c, k = config.algorithm, config.comm, config.checkpoint
+  v.check(a.name in ALGORITHMS, 'algorithm.name', a.name, list(ALGORITHMS))
+  v.integer('algorithm.period', a.period, 1)
+  v.integer('algorithm.warmup_period_epochs', a.warmup_period_epochs, 0)
+  v.check(config.backend in BACKENDS, 'backend', config.backend, list(BACKENDS))
+  v.integer('one_host.devices', config.one_host.devices, 0)
+  v.check(c.staging in STAGINGS, 'comm.staging', c.staging, list(STAGINGS))
+  v.number('comm.timeout_s', c.timeout_s, 0)
+  v.integer('timeline.sample_every', config.timeline.sample_every, 0)
+  v.integer('checkpoint.every_epochs', k.every_epochs, 0)
+  v.number('checkpoint.interval_s', k.interval_s, 0, strict=False)
+  v.integer('checkpoint.keep', k.keep, 1)
+  v.number('checkpoint.preempt_deadline_s', k.preempt_deadline_s, 0)
+  v.integer('num_workers', config.num_workers, 1)
+  v.integer('num_epochs', config.num_epochs, 1)
+  v.integer('seed', config.seed, 0)
+
+
+def _learning_fields(config, v: _Checks) -> None:
+  """The model, the data and the optimizer."""
+  d, o = config.dataset, config.optimizer
+  v.check(
+    config.model.name in models.MODELS, 'model.name', config.model.name, sorted(models.MODELS)
   )
-  check(
+  v.check(d.name in input_pipeline.DATASETS, 'dataset.name', d.name, list(input_pipeline.DATASETS))
+  v.integer('dataset.num_classes', d.num_classes, 0)
+  if d.name == 'npz' and not d.path:
+    v.out.append(f"dataset.path='' is invalid for dataset.name='npz'; allowed: a .npz file with "
+                 f'arrays {list(input_pipeline.NPZ_KEYS)}')  # fmt: skip
+  v.integer('batch_size', config.batch_size, 1)
+  v.number('optimizer.learning_rate', o.learning_rate, 0)
+  ok = _is_number(o.momentum) and 0 <= o.momentum < 1
+  v.check(ok, 'optimizer.momentum', o.momentum, '[0, 1)')
+  v.number('optimizer.weight_decay', o.weight_decay, 0, strict=False)
+  v.check(o.lr_scaling in LR_SCALINGS, 'optimizer.lr_scaling', o.lr_scaling, list(LR_SCALINGS))
+  v.number('optimizer.warmup_epochs', o.warmup_epochs, 0, strict=False)
+  ok = _is_number(o.decay_factor) and 0 < o.decay_factor <= 1
+  v.check(ok, 'optimizer.decay_factor', o.decay_factor, '0 < factor <= 1')
+  v.check(
     all(_is_int(e) and e >= 1 for e in o.decay_epochs),
     'optimizer.decay_epochs',
     tuple(o.decay_epochs),
     'a tuple of 1-based epoch numbers >= 1, e.g. (81,)',
   )
+
+
+def _cluster_fields(config, v: _Checks) -> None:
+  """Worker speeds and what may be combined with them."""
   speeds = tuple(config.worker_speeds)
   if speeds:
-    check(
+    v.check(
       _is_int(config.num_workers) and len(speeds) == config.num_workers,
       'worker_speeds',
       speeds,
       f'empty or one entry per worker (num_workers={config.num_workers})',
     )
-    check(all(_is_number(s) and s > 0 for s in speeds), 'worker_speeds', speeds, 'numbers > 0')
-  if a.name == 'asynlocal_sgd' and config.proportional_sampling:
-    out.append(
+    v.check(all(_is_number(s) and s > 0 for s in speeds), 'worker_speeds', speeds, 'numbers > 0')
+  if config.algorithm.name == 'asynlocal_sgd' and config.proportional_sampling:
+    v.out.append(
       "proportional_sampling=True is invalid with algorithm.name='asynlocal_sgd': AsynLocal-SGD "
       'gives every worker the basic batch and lets the fast ones take more local steps instead; '
       'allowed: proportional_sampling=False, or PS with ssgd, pipe_sgd, local_sgd, cocod_sgd'
     )
   if config.emulate_speeds:
     if config.backend != 'mpi':
-      out.append(
+      v.out.append(
         f'emulate_speeds=True is invalid with backend={config.backend!r}: the one-host cluster '
         "reproduces numbers, not time; allowed: backend='mpi'"
       )
     if not speeds:
-      out.append('emulate_speeds=True is invalid without worker_speeds; allowed: False, or set '
-                 'worker_speeds (one speed per worker)')  # fmt: skip
-  return out
+      v.out.append('emulate_speeds=True is invalid without worker_speeds; allowed: False, or set '
+                   'worker_speeds (one speed per worker)')  # fmt: skip
+
+
+def errors(config) -> list[str]:
+  """Every invalid field of `config`, one line each (empty when the config is valid)."""
+  v = _Checks()
+  for part in (_run_fields, _learning_fields, _cluster_fields):
+    part(config, v)
+  return v.out
 
 
 def validate(config) -> None:

@@ -420,22 +420,9 @@ def _damaged(path, key, e):
   )
 
 
-def _load_npz(path, num_classes=0):
-  """Reads and checks an .npz dataset; every problem is a DataError naming the file.
-
-  Args:
-    path: the file (dataset.path).
-    num_classes: dataset.num_classes; labels must be below it (0: any label >= 0).
-
-  Returns:
-    a Dataset with float32 features and int32 labels.
-  """
-  if not path:
-    raise DataError(
-      f"dataset.path='' but dataset.name='npz' needs a .npz file with arrays {list(NPZ_KEYS)}"
-    )
-  a = _read_npz(path)
-  name = f'dataset.path={path!r}'
+def _check_npz_shapes(a, name):
+  """Numeric features of at least 2-D, 1-D integer labels, matching lengths and example shapes,
+  no empty set."""
   for split in ('train', 'test'):
     x, y = a['x_' + split], a['y_' + split]
     if x.dtype.kind not in 'biuf':
@@ -462,9 +449,13 @@ def _load_npz(path, num_classes=0):
   for split in ('train', 'test'):
     if not len(a['x_' + split]):
       raise DataError(f'{name}: x_{split} holds no examples; the {split} set must not be empty')
+
+
+def _finite_features(a, name) -> dict:
+  """{split: float32 features}, refusing NaN and Inf (checked after the cast: a finite float64
+  beyond float32's range turns to Inf)."""
   xs = {}
   for split in ('train', 'test'):
-    # Checked after the float32 cast: a finite float64 beyond float32's range turns to Inf.
     with np.errstate(over='ignore', invalid='ignore'):  # Counted below instead.
       x = xs[split] = a['x_' + split].astype(np.float32)
     bad = int(x.size - np.count_nonzero(np.isfinite(x)))
@@ -473,6 +464,10 @@ def _load_npz(path, num_classes=0):
         f'{name}: x_{split} holds {bad} NaN or Inf value(s) (as float32) of {x.size}; features '
         'must be finite'
       )
+  return xs
+
+
+def _check_labels(a, name, num_classes):
   for split in ('train', 'test'):
     y = a['y_' + split]
     low = y < 0
@@ -481,14 +476,34 @@ def _load_npz(path, num_classes=0):
         f'{name}: y_{split} holds {int(low.sum())} label(s) out of range below 0 (smallest '
         f'{int(y.min())}); labels must be in 0..num_classes-1'
       )
-    if num_classes:
-      high = y >= num_classes
-      if high.any():
-        raise DataError(
-          f'{name}: y_{split} holds {int(high.sum())} label(s) out of range for '
-          f'dataset.num_classes={num_classes} (largest {int(y.max())}); labels must be in '
-          f'0..{num_classes - 1}'
-        )
+    high = y >= num_classes if num_classes else np.zeros((), bool)
+    if high.any():
+      raise DataError(
+        f'{name}: y_{split} holds {int(high.sum())} label(s) out of range for '
+        f'dataset.num_classes={num_classes} (largest {int(y.max())}); labels must be in '
+        f'0..{num_classes - 1}'
+      )
+
+
+def _load_npz(path, num_classes=0):
+  """Reads and checks an .npz dataset; every problem is a DataError naming the file.
+
+  Args:
+    path: the file (dataset.path).
+    num_classes: dataset.num_classes; labels must be below it (0: any label >= 0).
+
+  Returns:
+    a Dataset with float32 features and int32 labels.
+  """
+  if not path:
+    raise DataError(
+      f"dataset.path='' but dataset.name='npz' needs a .npz file with arrays {list(NPZ_KEYS)}"
+    )
+  a = _read_npz(path)
+  name = f'dataset.path={path!r}'
+  _check_npz_shapes(a, name)
+  xs = _finite_features(a, name)
+  _check_labels(a, name, num_classes)
   top = int(max(a['y_train'].max(), a['y_test'].max()))
   return Dataset(
     xs['train'],

@@ -123,8 +123,72 @@ def _prepare_data(config, rank, broadcast):
     _fail(problem)
 
 
-def main(argv):
+def _start_mpi(config):
+  """Starts MPI with the environment this runtime needs; returns (rank, broadcast)."""
   global _RANK
+  from cocod_jax import config_validation  # pylint: disable=g-import-not-at-top
+
+  # Open MPI busy-polls inside a blocking collective. Beside the training steps that spinning
+  # thread took a third of the CPU from them on 2 cores (measured: 10 steps 3.47 s alone,
+  # 4.59 s beside a spinning allreduce, 3.51 s with yielding); it must yield. Read at MPI_Init,
+  # so set before mpi4py starts MPI; an explicit setting in the environment wins.
+  os.environ.setdefault('OMPI_MCA_mpi_yield_when_idle', '1')
+  # Ranks that share a node's GPUs must not each preallocate 75% of every one of them.
+  os.environ.setdefault('XLA_PYTHON_CLIENT_PREALLOCATE', 'false')
+  from cocod_jax.cluster import mpi  # pylint: disable=g-import-not-at-top
+
+  rank, size = mpi.world()
+  _RANK = f'rank {rank}: '
+  try:
+    config_validation.check_world(config, size)
+  except config_validation.ConfigError as e:
+    _fail(e)
+  from mpi4py import MPI  # pylint: disable=g-import-not-at-top
+
+  return rank, lambda obj: MPI.COMM_WORLD.bcast(obj, root=0)
+
+
+def _check_devices(config):
+  """The one-host cluster's workers must spread evenly over the devices it is given."""
+  import jax  # pylint: disable=g-import-not-at-top
+
+  from cocod_jax.cluster import one_host  # pylint: disable=g-import-not-at-top
+
+  try:
+    one_host.choose_devices(config.num_workers, config.one_host.devices, jax.devices())
+  except ValueError as e:
+    _fail(e)
+
+
+def _train(config, dataset):
+  """Runs training; every way it can end short becomes one line and its exit status."""
+  from cocod_jax import checkpoints  # pylint: disable=g-import-not-at-top
+  from cocod_jax import train  # pylint: disable=g-import-not-at-top
+
+  try:
+    train.train_and_evaluate(config, FLAGS.workdir, dataset)
+  except train.Diverged as e:
+    _fail(e, EXIT_DIVERGED)
+  except checkpoints.ResumeError as e:
+    _fail(e)
+  except checkpoints.Preempted as e:
+    print(f'{_RANK}{e}; run the same command again to continue', flush=True)
+    sys.exit(checkpoints.EXIT_PREEMPTED)
+
+
+def _train_mpi(config, dataset):
+  from cocod_jax.cluster import mpi  # pylint: disable=g-import-not-at-top
+
+  def run():
+    try:
+      _train(config, dataset)
+    except mpi.PreflightError as e:  # Raised on every rank alike: no abort needed.
+      _fail(e)
+
+  mpi.abort_on_error(run)
+
+
+def main(argv):
   if len(argv) > 1:
     _fail(f'unexpected arguments {argv[1:]}; overrides look like --config.batch_size=64')
   config = FLAGS.config
@@ -136,24 +200,7 @@ def main(argv):
     _fail('\n'.join(problems))
   rank, broadcast = 0, lambda obj: obj
   if config.backend == 'mpi':
-    # Open MPI busy-polls inside a blocking collective. Beside the training steps that spinning
-    # thread took a third of the CPU from them on 2 cores (measured: 10 steps 3.47 s alone,
-    # 4.59 s beside a spinning allreduce, 3.51 s with yielding); it must yield. Read at MPI_Init,
-    # so set before mpi4py starts MPI; an explicit setting in the environment wins.
-    os.environ.setdefault('OMPI_MCA_mpi_yield_when_idle', '1')
-    # Ranks that share a node's GPUs must not each preallocate 75% of every one of them.
-    os.environ.setdefault('XLA_PYTHON_CLIENT_PREALLOCATE', 'false')
-    from cocod_jax.cluster import mpi  # pylint: disable=g-import-not-at-top
-
-    rank, size = mpi.world()
-    _RANK = f'rank {rank}: '
-    try:
-      config_validation.check_world(config, size)
-    except config_validation.ConfigError as e:
-      _fail(e)
-    from mpi4py import MPI  # pylint: disable=g-import-not-at-top
-
-    broadcast = lambda obj: MPI.COMM_WORLD.bcast(obj, root=0)
+    rank, broadcast = _start_mpi(config)
   elif config.one_host.devices > 1:
     # On a CPU the one-host cluster may be sharded over several XLA CPU devices (the tests do);
     # the flag must be set before JAX starts its backends and changes nothing on a GPU.
@@ -164,40 +211,10 @@ def main(argv):
   except config_validation.ConfigError as e:
     _fail(e)
   if config.backend == 'one_host':
-    import jax  # pylint: disable=g-import-not-at-top
-
-    from cocod_jax.cluster import one_host  # pylint: disable=g-import-not-at-top
-
-    try:
-      one_host.choose_devices(config.num_workers, config.one_host.devices, jax.devices())
-    except ValueError as e:
-      _fail(e)
-  from cocod_jax import checkpoints  # pylint: disable=g-import-not-at-top
-  from cocod_jax import train  # pylint: disable=g-import-not-at-top
-
-  def run():
-    try:
-      train.train_and_evaluate(config, FLAGS.workdir, dataset)
-    except train.Diverged as e:
-      _fail(e, EXIT_DIVERGED)
-    except checkpoints.ResumeError as e:
-      _fail(e)
-    except checkpoints.Preempted as e:
-      print(f'{_RANK}{e}; run the same command again to continue', flush=True)
-      sys.exit(checkpoints.EXIT_PREEMPTED)
-
-  if config.backend == 'mpi':
-    from cocod_jax.cluster import mpi  # pylint: disable=g-import-not-at-top
-
-    def run_mpi():
-      try:
-        run()
-      except mpi.PreflightError as e:  # Raised on every rank alike: no abort needed.
-        _fail(e)
-
-    mpi.abort_on_error(run_mpi)
+    _check_devices(config)
+    _train(config, dataset)
   else:
-    run()
+    _train_mpi(config, dataset)
 
 
 if __name__ == '__main__':

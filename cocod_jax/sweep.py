@@ -349,30 +349,9 @@ def _point_dir(workdir: str, name: str, digest: str) -> str:
   return shared[0] if shared else own
 
 
-def expand(
-  config: str,
-  workdir: str,
-  overrides: dict | None = None,
-  link_rate: str = '',
-  overrides_as_text: bool = False,
-) -> list[Point]:
-  """Every point of the sweep `config`, resolved and validated; writes nothing.
-
-  Args:
-    config: `FILE[:ARG]`, the experiment file and the argument of its `sweep(add, arg)`.
-    workdir: the sweep's working directory (need not exist).
-    overrides: dotted field -> value set on every point after its own overrides.
-    link_rate: the simulated link for MPI points (launch/simnet.sh --rate), '' for none.
-    overrides_as_text: `overrides`' values are command-line text, read by each field's type.
-
-  Returns:
-    The points in the order `sweep` added them.
-
-  Raises:
-    SweepError: every problem: a missing file, a failing `sweep`, duplicates, unknown override
-      fields, invalid configs (each line names the point and the field).
-  """
-  path, arg = split_config(config)
+def _calls(config: str, path: str, arg: str):
+  """Loads the experiment file and runs its `sweep(add, arg)`; returns (module, [(config_arg,
+  {dotted field: value})]) in the order `add` was called."""
   if not os.path.isfile(path):
     raise SweepError(f'--config={config}: no such experiment file {path!r}')
   try:
@@ -402,6 +381,34 @@ def expand(
     add(arg)
   if not calls:
     raise SweepError(f'--config={config}: the sweep has no points (sweep(add, arg) never added)')
+  return module, calls
+
+
+def expand(
+  config: str,
+  workdir: str,
+  overrides: dict | None = None,
+  link_rate: str = '',
+  overrides_as_text: bool = False,
+) -> list[Point]:
+  """Every point of the sweep `config`, resolved and validated; writes nothing.
+
+  Args:
+    config: `FILE[:ARG]`, the experiment file and the argument of its `sweep(add, arg)`.
+    workdir: the sweep's working directory (need not exist).
+    overrides: dotted field -> value set on every point after its own overrides.
+    link_rate: the simulated link for MPI points (launch/simnet.sh --rate), '' for none.
+    overrides_as_text: `overrides`' values are command-line text, read by each field's type.
+
+  Returns:
+    The points in the order `sweep` added them.
+
+  Raises:
+    SweepError: every problem: a missing file, a failing `sweep`, duplicates, unknown override
+      fields, invalid configs (each line names the point and the field).
+  """
+  path, arg = split_config(config)
+  module, calls = _calls(config, path, arg)
   workdir = os.path.abspath(workdir)
   problems, points, seen, sweep_wide = [], [], {}, {}
   for i, (config_arg, point_overrides) in enumerate(calls):
@@ -1192,15 +1199,7 @@ def run_sweep(
   Raises:
     SweepError: the sweep was refused (every reason, one a line); nothing was written.
   """
-  if launcher not in ('local', 'slurm'):
-    raise SweepError(f"--launcher={launcher!r} is invalid; allowed: 'local', 'slurm'")
-  if not isinstance(parallel, int) or parallel < 1:
-    raise SweepError(f'--parallel={parallel!r} is invalid; allowed: an integer >= 1')
-  if not timeout_s > 0:
-    raise SweepError(f'--timeout_s={timeout_s!r} is invalid; allowed: a number of seconds > 0')
-  if link_rate and launcher == 'slurm':
-    raise SweepError(f'--link_rate={link_rate} is for local runs (launch/simnet.sh); a Slurm '
-                     'cluster runs on its own network: drop --link_rate')  # fmt: skip
+  _check_options(launcher, parallel, timeout_s, link_rate)
   points = expand(config, workdir, overrides, link_rate, overrides_as_text)
   has_mpi = any(p.backend == 'mpi' for p in points)
   running_here = not (dry_run or report_only or launcher == 'slurm')
@@ -1219,60 +1218,83 @@ def run_sweep(
     parallel = 1
   states = {p.dir: state(p, head) for p in points}
   todo = _to_run(points, states, retry_failed, rerun_stale)
-  name = sweep_name(config)
+  flags = _runner_flags(retry_failed, rerun_stale, timeout_s, overrides, overrides_as_text)
+  slurm = (config, workdir, flags, parallel, slurm_args)
   if dry_run:
-    print(f'sweep {name}: {len(points)} points, {len(todo)} to run (dry run: nothing written)')
-    runs = {p.dir for p in todo}
-    for p in points:
-      s = states[p.dir]
-      flag = ' STALE' if s.stale else ''
-      mark = 'run ' if p.dir in runs else '    '
-      print(f'{mark}{os.path.basename(p.dir)}  {s.name}{flag}  {shlex.join(command(p, launcher))}')
-    if launcher == 'slurm' and todo:
-      entries = _pending_entries(todo, states)
-      flags = _runner_flags(retry_failed, rerun_stale, timeout_s, overrides, overrides_as_text)
-      script = slurm_script(config, workdir, entries, parallel, flags, slurm_args)
-      print(f'\nthe Slurm script it would write ({_summary_dir(workdir, config)}/sweep.sbatch):')
-      print(script, end='')
+    _print_dry_run(points, states, todo, launcher, slurm)
     return collect(points, head)
   if report_only:
     records = collect(points, head)
-    print(write_summary(config, workdir, records, head), end='', flush=True)
-    return records
-  if launcher == 'slurm':
+  elif launcher == 'slurm':
     records = collect(points, head)
-    if not todo:
-      print(f'sweep {name}: nothing to submit (no point to run: see the table)')
-    else:
-      out = _summary_dir(workdir, config)
-      os.makedirs(out, exist_ok=True)
-      entries = _pending_entries(todo, states)
-      _write_json(
-        os.path.join(out, 'pending.json'),
-        dict(config=config, workdir=os.path.abspath(workdir), commit=head, points=entries),
-      )
-      flags = _runner_flags(retry_failed, rerun_stale, timeout_s, overrides, overrides_as_text)
-      script = slurm_script(config, workdir, entries, parallel, flags, slurm_args)
-      write_atomic(os.path.join(out, 'sweep.sbatch'), script)
-      print(f'sweep {name}: {len(todo)} of {len(points)} points pending; wrote {out}/pending.json')
-      print(f'submit with: sbatch {os.path.join(out, "sweep.sbatch")}')
-    print(write_summary(config, workdir, records, head), end='', flush=True)
-    return records
-  n_finished = sum(s.name in FINISHED for s in states.values())
-  print(
-    f'sweep {name}: {len(points)} points ({n_finished} finished, {len(todo)} to run) in '
-    f'{os.path.abspath(workdir)}; commit {head[:12]}',
-    flush=True,
-  )
-  for p in todo:
-    s = states[p.dir]
-    if rerun_stale and s.stale and os.path.isdir(p.dir) and s.name not in ('PENDING',):
-      info = _read_json(os.path.join(p.dir, 'point.json')) or {}
-      print(f'moved aside (stale): {_move_aside(p.dir, info.get("commit"))}')
-  _run_points(todo, parallel, 'local', head, timeout_s, fail_fast)
-  records = collect(points, head)
+    _submit_slurm(todo, states, len(points), head, slurm)
+  else:
+    n_finished = sum(s.name in FINISHED for s in states.values())
+    print(
+      f'sweep {sweep_name(config)}: {len(points)} points ({n_finished} finished, {len(todo)} to '
+      f'run) in {os.path.abspath(workdir)}; commit {head[:12]}',
+      flush=True,
+    )
+    for p in todo:
+      s = states[p.dir]
+      if rerun_stale and s.stale and os.path.isdir(p.dir) and s.name not in ('PENDING',):
+        info = _read_json(os.path.join(p.dir, 'point.json')) or {}
+        print(f'moved aside (stale): {_move_aside(p.dir, info.get("commit"))}')
+    _run_points(todo, parallel, 'local', head, timeout_s, fail_fast)
+    records = collect(points, head)
   print(write_summary(config, workdir, records, head), end='', flush=True)
   return records
+
+
+def _check_options(launcher, parallel, timeout_s, link_rate) -> None:
+  if launcher not in ('local', 'slurm'):
+    raise SweepError(f"--launcher={launcher!r} is invalid; allowed: 'local', 'slurm'")
+  if not isinstance(parallel, int) or parallel < 1:
+    raise SweepError(f'--parallel={parallel!r} is invalid; allowed: an integer >= 1')
+  if not timeout_s > 0:
+    raise SweepError(f'--timeout_s={timeout_s!r} is invalid; allowed: a number of seconds > 0')
+  if link_rate and launcher == 'slurm':
+    raise SweepError(f'--link_rate={link_rate} is for local runs (launch/simnet.sh); a Slurm '
+                     'cluster runs on its own network: drop --link_rate')  # fmt: skip
+
+
+def _print_dry_run(points, states, todo, launcher, slurm) -> None:
+  """Each point's state and command (and the Slurm script that would be written); writes
+  nothing. `slurm`: (config, workdir, runner flags, parallel, extra #SBATCH options)."""
+  config, workdir, flags, parallel, slurm_args = slurm
+  print(f'sweep {sweep_name(config)}: {len(points)} points, {len(todo)} to run (dry run: '
+        'nothing written)')  # fmt: skip
+  runs = {p.dir for p in todo}
+  for p in points:
+    s = states[p.dir]
+    flag = ' STALE' if s.stale else ''
+    mark = 'run ' if p.dir in runs else '    '
+    print(f'{mark}{os.path.basename(p.dir)}  {s.name}{flag}  {shlex.join(command(p, launcher))}')
+  if launcher == 'slurm' and todo:
+    script = slurm_script(config, workdir, _pending_entries(todo, states), parallel, flags,
+                          slurm_args)  # fmt: skip
+    print(f'\nthe Slurm script it would write ({_summary_dir(workdir, config)}/sweep.sbatch):')
+    print(script, end='')
+
+
+def _submit_slurm(todo, states, n_points, head, slurm) -> None:
+  """Writes pending.json and the array script sweep.sbatch over the points to run."""
+  config, workdir, flags, parallel, slurm_args = slurm
+  name = sweep_name(config)
+  if not todo:
+    print(f'sweep {name}: nothing to submit (no point to run: see the table)')
+    return
+  out = _summary_dir(workdir, config)
+  os.makedirs(out, exist_ok=True)
+  entries = _pending_entries(todo, states)
+  _write_json(
+    os.path.join(out, 'pending.json'),
+    dict(config=config, workdir=os.path.abspath(workdir), commit=head, points=entries),
+  )
+  script = slurm_script(config, workdir, entries, parallel, flags, slurm_args)
+  write_atomic(os.path.join(out, 'sweep.sbatch'), script)
+  print(f'sweep {name}: {len(todo)} of {n_points} points pending; wrote {out}/pending.json')
+  print(f'submit with: sbatch {os.path.join(out, "sweep.sbatch")}')
 
 
 def finished(records: list[dict]) -> bool:

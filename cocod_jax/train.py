@@ -374,6 +374,31 @@ def checkpoint_due(run: Run, boundary: int, sync_point: bool, last: dict, force=
   return stop or late, stop
 
 
+def final_average(run: Run, state, pos: Position, stop):
+  """One last blocking average after the last step: every worker then holds xhat, the model
+  saved and reported (not training time). Pipe-SGD's average still in flight is dropped."""
+  watch = Stopwatch()
+  run.algo.finish()
+  try:
+    final = run.cluster.weighted_mean(steps_lib.model_part(state), 'the final average', pos.step)
+  except background.Diverged as e:
+    stop(e.workers, e.step, e.label)
+  state = jax.block_until_ready(steps_lib.with_part(state, final))
+  pos.add_time(watch.lap(), False)
+  return state
+
+
+def write_timing(run: Run, workdir: str, pos: Position, measured_from: int):
+  """MPI: every rank's Chrome trace, and the ranks' timing summaries gathered on the chief
+  (None elsewhere, and on the one-host cluster, whose clock is not training time)."""
+  if not run.tl.enabled:
+    return None
+  os.makedirs(workdir, exist_ok=True)
+  run.tl.write_chrome_trace(os.path.join(workdir, f'timeline_rank{run.cluster.rank}.json'))
+  measured_steps = run.plan.steps_per_epoch * (run.config.num_epochs - measured_from + 1)
+  return run.cluster.gather(run.tl.summary(measured_from, measured_steps, pos.measured_time))
+
+
 def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | None = None):
   """Trains with `config.algorithm.name` on `config.backend` and writes the results.
 
@@ -474,21 +499,9 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
         if save or (c.every_epochs and (epoch % c.every_epochs == 0 or epoch == epochs)):
           checkpoint(Stopwatch(), preempt)  # A fresh watch: the evaluation is not training.
 
-    watch = Stopwatch()
-    algo.finish()  # Pipe-SGD: the average still in flight after the last step is dropped.
-    try:  # One last blocking average: every worker holds xhat, the model saved and reported.
-      final = cluster.weighted_mean(steps_lib.model_part(state), 'the final average', pos.step)
-    except background.Diverged as e:
-      stop(e.workers, e.step, e.label)
-    state = jax.block_until_ready(steps_lib.with_part(state, final))
-    pos.add_time(watch.lap(), False)
+    state = final_average(run, state, pos, stop)
     test_loss, test_acc = evaluate(cluster, state, tests, len(dataset.x_test))
-    timing = None
-    if tl.enabled:
-      os.makedirs(workdir, exist_ok=True)
-      tl.write_chrome_trace(os.path.join(workdir, f'timeline_rank{cluster.rank}.json'))
-      measured_steps = spe * (epochs - measured_from + 1)
-      timing = cluster.gather(tl.summary(measured_from, measured_steps, pos.measured_time))
+    timing = write_timing(run, workdir, pos, measured_from)
   finally:
     run.out.close()
     cluster.close()
