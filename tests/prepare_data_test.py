@@ -230,7 +230,8 @@ def test_network_reachable_gives_up_after_timeout(monkeypatch):
   monkeypatch.delenv(input_pipeline.OFFLINE_ENV, raising=False)
 
   def hang(*args, **kwargs):
-    time.sleep(5)  # A firewall that drops packets, or a DNS server that never answers.
+    time.sleep(5)  # A firewall that drops packets, or a DNS server that never answers ...
+    raise TimeoutError('timed out')  # ... until the socket's own timeout (on the given-up thread).
 
   monkeypatch.setattr(socket, 'create_connection', hang)
   start = time.monotonic()
