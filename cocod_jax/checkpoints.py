@@ -105,7 +105,8 @@ class Checkpointer:
     import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
 
     self._ocp = ocp
-    self.root = os.path.join(workdir, 'checkpoints')
+    # Absolute: Orbax refuses relative paths, and `--workdir=runs/x` is the usual way to say it.
+    self.root = os.path.join(os.path.abspath(workdir), 'checkpoints')
     self.rank, self.world, self.barrier, self.keep = rank, world, barrier, keep
 
   def step_dir(self, step):

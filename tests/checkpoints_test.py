@@ -105,13 +105,15 @@ def test_cnn_with_batchnorm_resumes_exactly(tmp_path, monkeypatch):
     np.testing.assert_array_equal(resumed[k], straight[k], err_msg=k)
 
 
-def test_more_epochs_continue_and_other_changes_are_refused(tmp_path):
+def test_more_epochs_continue_and_other_changes_are_refused(tmp_path, monkeypatch):
   c = _config(tmp_path, 'cocod_sgd')
   c.checkpoint.every_epochs = 1
   c.num_epochs = 2
-  train.train_and_evaluate(c, str(tmp_path / 'run'))
+  monkeypatch.chdir(tmp_path)  # A relative workdir, as `--workdir=runs/x` gives (Orbax wants
+  train.train_and_evaluate(c, 'run')  # absolute paths: the checkpointer makes them so).
+  assert len(os.listdir(tmp_path / 'run' / 'checkpoints')) == 2
   c.num_epochs = 3  # Running further is allowed; it continues from the last checkpoint.
-  res = train.train_and_evaluate(c, str(tmp_path / 'run'))
+  res = train.train_and_evaluate(c, 'run')
   assert [e['epoch'] for e in res['epochs']] == [1, 2, 3]
   straight = train.train_and_evaluate(c, str(tmp_path / 'straight'))
   assert res['final']['test_loss'] == straight['final']['test_loss']
