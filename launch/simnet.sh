@@ -40,6 +40,7 @@ if [ "$(id -u)" != 0 ]; then
     "run the command without it on the real network" >&2
   exit 1
 fi
+PATH="$PATH:/usr/sbin:/sbin"  # iproute2 lives there, outside a minimal PATH (env -i, cron, CI).
 for tool in ip tc; do
   command -v "$tool" > /dev/null || { echo "$0: '$tool' (iproute2) is not installed" >&2; exit 1; }
 done

@@ -42,12 +42,15 @@ def test_simnet_without_root_says_so(tmp_path):
 
 
 def _can_make_namespaces():
-  if os.geteuid() != 0 or not shutil.which('tc') or not shutil.which('ip'):
+  # Where simnet.sh looks: the caller's PATH, then the admin directories a minimal PATH lacks.
+  admin = f'{os.environ.get("PATH", "")}:/usr/sbin:/sbin'
+  ip = shutil.which('ip', path=admin)
+  if os.geteuid() != 0 or not shutil.which('tc', path=admin) or not ip:
     return False
   name = f'ccprobe{os.getpid()}'
-  if _run(['ip', 'netns', 'add', name]).returncode != 0:
+  if _run([ip, 'netns', 'add', name]).returncode != 0:
     return False
-  _run(['ip', 'netns', 'delete', name])
+  _run([ip, 'netns', 'delete', name])
   return True
 
 
