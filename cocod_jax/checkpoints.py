@@ -31,6 +31,8 @@ import time
 import jax
 import numpy as np
 
+from cocod_jax import files
+
 COMMIT = 'COMMITTED'
 EXIT_PREEMPTED = 75
 EXIT_KILLED = 143
@@ -84,13 +86,6 @@ def config_differences(saved: dict, current: dict) -> list[str]:
   ]
 
 
-def _write_json_atomic(path, obj):
-  tmp = path + '.tmp'
-  with open(tmp, 'w') as f:
-    json.dump(obj, f)
-  os.replace(tmp, path)
-
-
 class Checkpointer:
   """Writes and finds this run's checkpoints under `workdir/checkpoints/<step>/`.
 
@@ -124,12 +119,13 @@ class Checkpointer:
         path = os.path.join(self.step_dir(step), name)
         shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
     self._ocp.PyTreeCheckpointer().save(part, jax.device_get(tree))
-    _write_json_atomic(part + '.json', meta)
+    files.write_json_atomic(part + '.json', meta, indent=None)
     self.barrier()
     if self.rank == 0:
-      _write_json_atomic(
+      files.write_json_atomic(
         os.path.join(self.step_dir(step), COMMIT),
         {'step': step, 'world': self.world, 'time': time.time()},
+        indent=None,
       )
       self._prune(step)
     self.barrier()

@@ -68,6 +68,7 @@ if ROOT not in sys.path:  # Experiment files import `configs.*` from the reposit
   sys.path.insert(0, ROOT)
 
 from cocod_jax import config_args  # noqa: E402
+from cocod_jax import files  # noqa: E402
 from cocod_jax import results_schema  # noqa: E402
 
 # Dotted fields left out of a point's hash: they cannot change its results (where data is read
@@ -522,18 +523,6 @@ def _read_json(path: str):
     return None
 
 
-def write_atomic(path: str, text: str) -> None:
-  """Writes `text` to `path` through a temporary file and os.replace: readers never see half."""
-  tmp = f'{path}.tmp{os.getpid()}'
-  with open(tmp, 'w') as f:
-    f.write(text)
-  os.replace(tmp, path)
-
-
-def _write_json(path: str, obj) -> None:
-  write_atomic(path, json.dumps(obj, indent=2) + '\n')
-
-
 def _pid_alive(pid) -> bool:
   if not isinstance(pid, int) or pid <= 0:
     return False
@@ -752,12 +741,12 @@ def write_summary(config: str, workdir: str, records: list[dict], head: str) -> 
   table = render(records, head)
   out = _summary_dir(workdir, config)
   os.makedirs(out, exist_ok=True)
-  write_atomic(
+  files.write_atomic(
     os.path.join(out, 'sweep.md'),
     f'# Sweep {sweep_name(config)}\n\n`--config={config}`, commit {head}\n\n{table}',
   )
   kept = [{k: v for k, v in r.items() if k != 'results'} for r in records]
-  _write_json(
+  files.write_json_atomic(
     os.path.join(out, 'sweep.json'),
     dict(config=config, workdir=os.path.abspath(workdir), commit=head, points=kept),
   )
@@ -833,7 +822,7 @@ def _launch(
     return None
   cmd = command(point, launcher)
   previous = _read_json(os.path.join(point.dir, 'point.json')) or {}
-  _write_json(
+  files.write_json_atomic(
     os.path.join(point.dir, 'point.json'),
     dict(
       config_file=point.config_file,
@@ -871,7 +860,7 @@ def _launch(
     cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
   )
   lock = _read_json(os.path.join(point.dir, 'lock')) or {}
-  _write_json(os.path.join(point.dir, 'lock'), dict(lock, child_pid=proc.pid))
+  files.write_json_atomic(os.path.join(point.dir, 'lock'), dict(lock, child_pid=proc.pid))
   start = time.monotonic()
   return _Run(point, label, proc, log, offset, start, start + timeout_s)
 
@@ -891,7 +880,7 @@ def _finish(run: _Run, head: str) -> State:
     status.update(timed_out=True, child_rc=rc)
   if status['rc'] != 0:
     status['log_tail'] = _log_tail(os.path.join(run.point.dir, 'log.txt'), run.offset)
-  _write_json(os.path.join(run.point.dir, 'status.json'), status)
+  files.write_json_atomic(os.path.join(run.point.dir, 'status.json'), status)
   try:
     os.remove(os.path.join(run.point.dir, 'lock'))
   except FileNotFoundError:
@@ -1287,12 +1276,12 @@ def _submit_slurm(todo, states, n_points, head, slurm) -> None:
   out = _summary_dir(workdir, config)
   os.makedirs(out, exist_ok=True)
   entries = _pending_entries(todo, states)
-  _write_json(
+  files.write_json_atomic(
     os.path.join(out, 'pending.json'),
     dict(config=config, workdir=os.path.abspath(workdir), commit=head, points=entries),
   )
   script = slurm_script(config, workdir, entries, parallel, flags, slurm_args)
-  write_atomic(os.path.join(out, 'sweep.sbatch'), script)
+  files.write_atomic(os.path.join(out, 'sweep.sbatch'), script)
   print(f'sweep {name}: {len(todo)} of {n_points} points pending; wrote {out}/pending.json')
   print(f'submit with: sbatch {os.path.join(out, "sweep.sbatch")}')
 

@@ -26,13 +26,13 @@ whenever there is more than one epoch.
 
 import collections
 import contextlib
-import json
-import os
 import socket
 import time
 
 import jax
 import numpy as np
+
+from cocod_jax import files
 
 MAIN, COMM = 'main', 'comm'
 
@@ -155,12 +155,10 @@ class Timeline:
           'args': args,
         }
       )
-    tmp = path + '.tmp'
-    with open(tmp, 'w') as f:
-      # The origin (this host's monotonic clock) lets a plot align the ranks of one machine.
-      meta = {'rank': self.rank, 'host': socket.gethostname(), 'origin_s': self.origin}
-      json.dump({'traceEvents': events, 'displayTimeUnit': 'ms', 'otherData': meta}, f)
-    os.replace(tmp, path)
+    # The origin (this host's monotonic clock) lets a plot align the ranks of one machine.
+    meta = {'rank': self.rank, 'host': socket.gethostname(), 'origin_s': self.origin}
+    trace = {'traceEvents': events, 'displayTimeUnit': 'ms', 'otherData': meta}
+    files.write_json_atomic(path, trace, indent=None)
 
   def summary(self, from_epoch: int, steps: int, train_time_s: float) -> dict:
     """Figures over the spans of epochs >= `from_epoch` (`steps` steps, `train_time_s` seconds)."""

@@ -28,6 +28,7 @@ import numpy as np
 from cocod_jax import algorithms
 from cocod_jax import checkpoints
 from cocod_jax import config_validation
+from cocod_jax import files
 from cocod_jax import input_pipeline
 from cocod_jax import models
 from cocod_jax import schedules
@@ -170,13 +171,6 @@ def first_bad_step(losses, first_step) -> int:
   return first_step + int(bad[0]) if len(bad) else first_step + len(losses) - 1
 
 
-def write_json_atomic(path, obj):
-  tmp = path + '.tmp'
-  with open(tmp, 'w') as f:
-    json.dump(obj, f, indent=2)
-  os.replace(tmp, path)
-
-
 class Recorder:
   """The run's outputs, written by the chief only: results.json (rewritten whole, atomically, at
   the end or on divergence), metrics.jsonl (one line per epoch), TensorBoard scalars, the console.
@@ -235,7 +229,7 @@ class Recorder:
   def diverged(self, **what):
     if self.enabled:
       self.results.update(status='diverged', diverged=what)
-      write_json_atomic(os.path.join(self.workdir, 'results.json'), self.results)
+      files.write_json_atomic(os.path.join(self.workdir, 'results.json'), self.results)
 
   def completed(self, final, timing, model):
     """The final averaged `model`, its figures `final` and the combined `timing` (or None)."""
@@ -254,7 +248,7 @@ class Recorder:
     tmp = os.path.join(self.workdir, 'final_params.tmp.npz')
     np.savez(tmp, **{k: np.asarray(v) for k, v in flat.items()})
     os.replace(tmp, os.path.join(self.workdir, 'final_params.npz'))
-    write_json_atomic(os.path.join(self.workdir, 'results.json'), self.results)
+    files.write_json_atomic(os.path.join(self.workdir, 'results.json'), self.results)
     return self.results
 
   def close(self):

@@ -45,6 +45,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from cocod_jax import files  # noqa: E402
 from cocod_jax import timeline  # noqa: E402
 from launch import plot_timeline  # noqa: E402
 
@@ -538,11 +539,8 @@ def main(argv):
     report = measure(out, FLAGS.sections, report)
   text = render(report)
   print('\n' + text)
-  for name, content in (('bench.md', text), ('bench.json', json.dumps(report, indent=2))):
-    tmp = os.path.join(out, name + '.tmp')
-    with open(tmp, 'w') as f:
-      f.write(content)
-    os.replace(tmp, os.path.join(out, name))
+  files.write_atomic(os.path.join(out, 'bench.md'), text)
+  files.write_json_atomic(os.path.join(out, 'bench.json'), report)
 
 
 if __name__ == '__main__':

@@ -10,7 +10,6 @@ the averaged model over the epochs, as the paper's "final best test accuracy".
 """
 
 import dataclasses
-import json
 import math
 import os
 import platform
@@ -26,6 +25,7 @@ from absl import logging
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
+from cocod_jax import files  # noqa: E402
 from cocod_jax import timeline  # noqa: E402
 from cocod_jax.experiments import published  # noqa: E402
 
@@ -132,9 +132,10 @@ def write(name: str, text: str | None = None, data: Any = None):
     if content is None:
       continue
     path = os.path.join(FLAGS.workdir, name + suffix)
-    with open(path + '.tmp', 'w') as f:
-      f.write(content if suffix == '.md' else json.dumps(content, indent=2))
-    os.replace(path + '.tmp', path)
+    if suffix == '.md':
+      files.write_atomic(path, content)
+    else:
+      files.write_json_atomic(path, content)
 
 
 def provenance(points: list[Point], backend: str) -> dict:
