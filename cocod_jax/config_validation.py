@@ -158,14 +158,18 @@ def field_paths(config, prefix='') -> list[str]:
   return out
 
 
+def field_hint(config, path: str) -> str:
+  """For a dotted `path` that names no field of `config`: the closest valid field, or where the
+  fields are listed."""
+  close = difflib.get_close_matches(path, field_paths(config), n=1, cutoff=0.5)
+  return f"did you mean '{close[0]}'?" if close else 'see configs/common.py for the fields'
+
+
 def unknown_field(config, path: str) -> str | None:
   """A one-line message if `path` names no field of `config` (with the closest valid one)."""
-  paths = field_paths(config)
-  if path in paths:
+  if path in field_paths(config):
     return None
-  close = difflib.get_close_matches(path, paths, n=1, cutoff=0.5)
-  hint = f"did you mean '{close[0]}'?" if close else 'see configs/common.py for the fields'
-  return f"--config.{path}: the config has no field '{path}'; {hint}"
+  return f"--config.{path}: the config has no field '{path}'; {field_hint(config, path)}"
 
 
 def check_world(config, world_size: int) -> None:

@@ -47,7 +47,6 @@ state, directory, hash and parsed results.json. `SweepError` is raised for a ref
 import ast
 import dataclasses
 import datetime
-import difflib
 import glob
 import hashlib
 import importlib.util
@@ -260,16 +259,6 @@ def _parse_text(kind: type, text: str):
     return text
 
 
-def _field_paths(config, prefix=''):
-  out = []
-  for key, value in config.items():
-    if hasattr(value, 'items'):
-      out += _field_paths(value, f'{prefix}{key}.')
-    else:
-      out.append(prefix + key)
-  return out
-
-
 def _set(config, path: str, value, from_text: bool) -> tuple[str | None, str | None]:
   """Sets dotted field `path` of the ConfigDict `config` to `value`.
 
@@ -281,8 +270,9 @@ def _set(config, path: str, value, from_text: bool) -> tuple[str | None, str | N
   for part in parents:
     node = node[part] if hasattr(node, 'items') and part in node else None
   if not hasattr(node, 'items') or leaf not in node:
-    close = difflib.get_close_matches(path, _field_paths(config), n=1, cutoff=0.5)
-    hint = f"did you mean '{close[0]}'?" if close else 'see configs/common.py for the fields'
+    from cocod_jax import config_validation  # pylint: disable=g-import-not-at-top
+
+    hint = config_validation.field_hint(config, path)
     return None, f"override {path}={value!r}: the config has no field '{path}'; {hint}"
   if hasattr(node[leaf], 'items'):
     return None, f"override {path}: '{path}' is a group of fields; set its fields one by one"
