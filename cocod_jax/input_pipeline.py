@@ -469,17 +469,15 @@ def _finite_features(a, name) -> dict:
 
 def _check_labels(a, name, num_classes):
   for split in ('train', 'test'):
-    y = a['y_' + split]
-    low = y < 0
-    if low.any():
+    y = a['y_' + split]  # Not empty: _check_npz_shapes refused empty sets.
+    if y.min() < 0:
       raise DataError(
-        f'{name}: y_{split} holds {int(low.sum())} label(s) out of range below 0 (smallest '
+        f'{name}: y_{split} holds {int((y < 0).sum())} label(s) out of range below 0 (smallest '
         f'{int(y.min())}); labels must be in 0..num_classes-1'
       )
-    high = y >= num_classes if num_classes else np.zeros((), bool)
-    if high.any():
+    if num_classes and y.max() >= num_classes:
       raise DataError(
-        f'{name}: y_{split} holds {int(high.sum())} label(s) out of range for '
+        f'{name}: y_{split} holds {int((y >= num_classes).sum())} label(s) out of range for '
         f'dataset.num_classes={num_classes} (largest {int(y.max())}); labels must be in '
         f'0..{num_classes - 1}'
       )
