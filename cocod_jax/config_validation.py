@@ -194,6 +194,38 @@ def check_data(config, dataset) -> None:
       )
 
 
+# Models that start with a convolution: their examples must be images (height, width, channels).
+IMAGE_MODELS = ('resnet18', 'vgg16', 'cnn')
+
+
+def check_model(config, dataset) -> None:
+  """Checks that `model.name` takes the dataset's examples, by building it on their shape
+  (`jax.eval_shape`: no compute)."""
+  import jax  # pylint: disable=g-import-not-at-top
+
+  name, shape = config.model.name, tuple(dataset.x_train.shape[1:])
+  where = (
+    f'dataset.path={config.dataset.path!r}'
+    if config.dataset.name == 'npz'
+    else (f'dataset.name={config.dataset.name!r}')
+  )
+  if name in IMAGE_MODELS and len(shape) != 3:
+    raise ConfigError(
+      f'model.name={name!r} is invalid for {where}: its examples have shape {shape}, and this '
+      'convolutional model needs images (height, width, channels); allowed: linear or mlp for '
+      'flat features, or an .npz of images'
+    )
+  model = models.get_model(name, dataset.num_classes)
+  try:
+    jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), jax.numpy.zeros((1, *shape))))
+  except Exception as e:  # pylint: disable=broad-except
+    first = (str(e).strip().splitlines() or [''])[0][:160]
+    raise ConfigError(
+      f'model.name={name!r} is invalid for {where}: it cannot take examples of shape {shape} '
+      f'({type(e).__name__}: {first}); allowed: a model for this data, or data for this model'
+    ) from None
+
+
 def load_checked_dataset(config):
   """Loads `config.dataset` and checks it against the config; raises ConfigError."""
   try:
@@ -203,4 +235,5 @@ def load_checked_dataset(config):
   except input_pipeline.DataError as e:
     raise ConfigError(str(e)) from None
   check_data(config, ds)
+  check_model(config, ds)
   return ds

@@ -25,6 +25,7 @@ import pytest
 from cocod_jax import algorithms
 from cocod_jax import checkpoints
 from cocod_jax import train
+from cocod_jax import workdir
 from tests import train_test
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -117,8 +118,8 @@ def test_more_epochs_continue_and_other_changes_are_refused(tmp_path, monkeypatc
   assert [e['epoch'] for e in res['epochs']] == [1, 2, 3]
   straight = train.train_and_evaluate(c, str(tmp_path / 'straight'))
   assert res['final']['test_loss'] == straight['final']['test_loss']
-  c.optimizer.learning_rate = 0.07
-  with pytest.raises(checkpoints.ResumeError, match=r'optimizer.learning_rate: 0.05 -> 0.07'):
+  c.optimizer.learning_rate = 0.07  # The workdir's fingerprint refuses it before the checkpoint.
+  with pytest.raises(workdir.WorkdirError, match=r'optimizer.learning_rate: 0.05 -> 0.07'):
     train.train_and_evaluate(c, str(tmp_path / 'run'))
 
 
