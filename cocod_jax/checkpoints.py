@@ -26,8 +26,8 @@ barriers from `jax.distributed`, which the MPI runtime does not start (every ran
 single-controller JAX process), so every rank would act as the primary and prune alone; and no
 manager per rank can see whether the other ranks' parts exist. Orbax writes each part.
 
-Preemption (`PreemptionGuard`): the first SIGTERM (what Slurm sends before the kill) or SIGINT
-(Ctrl-C) asks every rank to finish its current round, write a checkpoint and exit with status
+Preemption (`PreemptionGuard`): the first SIGTERM (what Slurm sends before the kill), SIGINT
+(Ctrl-C) or SIGUSR2 (Ctrl-C as launch/mpirun.sh passes it on to the ranks) asks every rank to finish its current round, write a checkpoint and exit with status
 75 (EX_TEMPFAIL: run again); a second signal, or `checkpoint.preempt_deadline_s` without a
 checkpoint, exits at once with status 143.
 """
@@ -248,7 +248,8 @@ class PreemptionGuard:
       within this many seconds.
   """
 
-  SIGNALS = (signal.SIGTERM, signal.SIGINT)
+  # SIGUSR2 is the Ctrl-C that launch/mpirun.sh passes on (mpirun forwards it to every rank).
+  SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)
 
   def __init__(self, deadline_s: float):
     self.deadline_s = deadline_s
@@ -259,6 +260,7 @@ class PreemptionGuard:
   def _handle(self, signum, frame):
     del frame
     name = signal.Signals(signum).name
+    name = 'Ctrl-C (SIGUSR2 from launch/mpirun.sh)' if name == 'SIGUSR2' else name
     if self.requested:
       print(f'error: a second {name}: exiting at once', file=sys.stderr, flush=True)
       os._exit(EXIT_KILLED)
