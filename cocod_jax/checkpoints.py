@@ -27,9 +27,10 @@ single-controller JAX process), so every rank would act as the primary and prune
 manager per rank can see whether the other ranks' parts exist. Orbax writes each part.
 
 Preemption (`PreemptionGuard`): the first SIGTERM (what Slurm sends before the kill), SIGINT
-(Ctrl-C) or SIGUSR2 (Ctrl-C as launch/mpirun.sh passes it on to the ranks) asks every rank to finish its current round, write a checkpoint and exit with status
-75 (EX_TEMPFAIL: run again); a second signal, or `checkpoint.preempt_deadline_s` without a
-checkpoint, exits at once with status 143.
+(Ctrl-C) or SIGUSR2 (Ctrl-C as launch/mpirun.sh passes it on to the ranks) asks every rank to
+finish its current round, write a checkpoint and exit with status 75 (EX_TEMPFAIL: run again); a
+second signal, or `checkpoint.preempt_deadline_s` without a checkpoint, exits at once with status
+143.
 """
 
 import contextlib
