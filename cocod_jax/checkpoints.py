@@ -34,6 +34,7 @@ second signal, or `checkpoint.preempt_deadline_s` without a checkpoint, exits at
 """
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -48,6 +49,7 @@ import numpy as np
 from cocod_jax import files
 
 COMMIT = 'COMMITTED'
+SPACE_MARGIN = 1 << 20  # Bytes beyond a part's arrays that a disk must have free to write it.
 EXIT_PREEMPTED = 75
 EXIT_KILLED = 143
 # Fields that can differ between a checkpoint and the run that resumes it: they change how long
@@ -136,7 +138,9 @@ class Checkpointer:
       if name == f'rank_{self.rank}' or name.startswith(f'rank_{self.rank}.'):  # Not rank_1x.
         path = os.path.join(self.step_dir(step), name)
         shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-    self._ocp.PyTreeCheckpointer().save(part, jax.device_get(tree))
+    host = jax.device_get(tree)
+    self._check_space(host)
+    self._ocp.PyTreeCheckpointer().save(part, host)
     files.write_json_atomic(part + '.json', meta, indent=None)
     self.barrier()
     if self.rank == 0:
@@ -148,6 +152,17 @@ class Checkpointer:
       self._prune(step)
     self.barrier()
     return self.step_dir(step)
+
+  def _check_space(self, host_tree):
+    """Raises ENOSPC before writing a part that the disk cannot hold (its arrays' bytes and
+    SPACE_MARGIN for Orbax's metadata): Orbax's writer threads would log tracebacks first."""
+    need = sum(np.asarray(a).nbytes for a in jax.tree.leaves(host_tree)) + SPACE_MARGIN
+    free = shutil.disk_usage(self.root).free
+    if free < need:
+      raise OSError(
+        errno.ENOSPC,
+        f'No space left on device (a part of {need / 1e6:.1f} MB, {free / 1e6:.1f} MB free)',
+      )
 
   def steps(self) -> list[int]:
     """The steps of the checkpoint directories, newest first (complete or not)."""
