@@ -5,6 +5,8 @@ job on every rank instead of hanging.
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -15,6 +17,7 @@ import pytest
 from cocod_jax import results_schema
 from cocod_jax import schedules
 from cocod_jax import train
+from cocod_jax import workdir as workdir_lib
 from tests import reference
 from tests import train_test
 
@@ -279,11 +282,16 @@ CKPT = ['--config=configs/test.py', '--config.backend=mpi', '--config.num_epochs
 
 
 @pytest.fixture(scope='module')
-def straight_run(tmp_path_factory):
+def straight_workdir(tmp_path_factory):
   workdir = tmp_path_factory.mktemp('straight')
   p = _mpirun(2, CKPT + [f'--workdir={workdir}'])
   assert p.returncode == 0, p.stderr[-3000:]
-  return _params(workdir)
+  return workdir
+
+
+@pytest.fixture(scope='module')
+def straight_run(straight_workdir):
+  return _params(straight_workdir)
 
 
 def _stopped_then_resumed(tmp_path, fault, step, expect_rc):
@@ -335,3 +343,82 @@ def test_checkpoint_of_another_world_size_is_refused(tmp_path):
   p = _mpirun(2, ['--config=configs/test.py', '--config.backend=mpi', f'--workdir={tmp_path}'])
   assert p.returncode == 2, p.stderr[-3000:]
   assert 'written by 1 processes (MPI ranks) and this run has 2' in p.stderr
+
+
+def test_sigterm_while_an_allreduce_is_in_flight_resumes_exactly(tmp_path, straight_run):
+  # Rank 1 signals itself from inside its 8th background collective (the snapshot average of
+  # the round 21-23), which then takes a second more: the main thread steps on with the average
+  # in flight; the ranks agree at the next poll, the checkpoint drains and saves it.
+  p, again, resumed = _stopped_then_resumed(tmp_path, 'sigterm_in_allreduce', 8, 75)
+  assert (
+    'fault: SIGTERM inside the allreduce of the snapshot at the start of the round of '
+    'steps 21-23' in p.stdout
+  ), p.stdout
+  assert p.stdout.count('preempted at step 27: checkpoint written') == 2, p.stdout
+  assert 'resuming from the checkpoint at step 27 (epoch 2)' in again.stdout
+  assert again.stdout.count('epoch   2/4') == 1 and 'epoch   1/4' not in again.stdout
+  _assert_same(resumed, straight_run)
+
+
+def test_unreadable_part_on_one_rank_falls_back_on_all(tmp_path, straight_workdir, straight_run):
+  # The newest checkpoint (step 60) has rank 1's part truncated: rank 0 reads its own part, rank
+  # 1 cannot; both skip it, naming rank 1, and resume from step 45, ending equal.
+  workdir = tmp_path / 'run'
+  shutil.copytree(straight_workdir, workdir)
+  part = workdir / 'checkpoints' / '0000000060' / 'rank_1'
+  biggest = max((f for f in part.rglob('*') if f.is_file()), key=lambda f: f.stat().st_size)
+  with open(biggest, 'r+b') as f:
+    f.truncate(1)
+  again = _mpirun(2, CKPT + [f'--workdir={workdir}'])
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert 'skipping the unreadable checkpoint at step 60' in again.stdout, again.stdout
+  assert '(rank 1: ' in again.stdout
+  assert 'resuming from the checkpoint at step 45 (epoch 4)' in again.stdout
+  _assert_same(_params(workdir), straight_run)
+
+
+def test_held_workdir_refused_on_every_rank(tmp_path):
+  # This process holds the workdir (a run in progress); rank 0 finds the lock taken and every
+  # rank refuses with the same line, exit 2, nothing started.
+  c = train_test.test_config.get_config()
+  with workdir_lib.claim(str(tmp_path), c, train.config_validation.load_checked_dataset(c)):
+    p = _mpirun(2, CKPT + [f'--workdir={tmp_path}'])
+  assert p.returncode == 2, p.stderr[-3000:]
+  for rank in (0, 1):
+    assert f'error: rank {rank}: {tmp_path} is in use by another run (pid {os.getpid()}' in p.stderr
+  assert not (tmp_path / 'metrics.jsonl').exists()
+
+
+def test_one_host_run_under_mpirun_refused(tmp_path):
+  # `mpirun -np 2` without backend=mpi would start two one-host runs in one workdir.
+  p = _mpirun(2, ['--config=configs/test.py', f'--workdir={tmp_path / "run"}'])
+  assert p.returncode != 0
+  assert p.stderr.count("error: backend='one_host' is invalid inside an MPI job of 2") == 2
+  assert 'OMPI_COMM_WORLD_SIZE=2' in p.stderr and 'Traceback' not in p.stderr
+  assert not (tmp_path / 'run').exists()
+
+
+def test_ctrl_c_on_mpirun_checkpoints_and_says_so(tmp_path):
+  # Ctrl-C at a terminal: SIGINT to mpirun.sh's process group (stdin a terminal). Every rank
+  # checkpoints, prints the line, and the job exits 75.
+  workdir = tmp_path / 'run'
+  env = dict(os.environ)
+  env.pop('XLA_FLAGS', None)
+  args = ['--fault=pause_at_step', '--fault_step=20', f'--workdir={workdir}', *CKPT]
+  cmd = [MPIRUN, '-np', '2', sys.executable, 'tests/faults.py', *args]
+  terminal, tty = os.openpty()
+  try:
+    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=tty, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not (workdir / 'paused').exists() and p.poll() is None and time.monotonic() < deadline:
+      time.sleep(0.1)
+    os.killpg(p.pid, signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+  finally:
+    os.close(terminal)
+    os.close(tty)
+  assert p.returncode == 75, err[-3000:]
+  assert 'Ctrl-C: every rank finishes its round, writes a checkpoint and exits 75' in err
+  assert out.count('preempted at step ') == 2 and 'run the same command again' in out, out
+  assert 'Traceback' not in err
