@@ -65,17 +65,39 @@ def _finals(workdir):
   return params, [{k: v for k, v in e.items() if k != 'train_time_s'} for e in epochs]
 
 
+def _count_steps(monkeypatch):
+  """Records every global step `t` that an algorithm computes (in a list it returns)."""
+  seen = []
+  for cls in algorithms.ALGORITHMS.values():
+
+    def counted(self, state, data, t, _step=cls.step):
+      seen.append(t)
+      return _step(self, state, data, t)
+
+    monkeypatch.setattr(cls, 'step', counted)
+  return seen
+
+
 @pytest.mark.parametrize('point', sorted(POINTS))
 @pytest.mark.parametrize('algorithm', ALGOS)
-def test_resume_after_sigterm_is_exact(tmp_path, monkeypatch, algorithm, point):
+def test_resume_after_sigterm_is_exact(tmp_path, monkeypatch, capsys, algorithm, point):
   c = _config(tmp_path, algorithm)
   train.train_and_evaluate(c, str(tmp_path / 'straight'))
+  boundary = POINTS[point]
   with monkeypatch.context() as m:
-    _sigterm_at(m, POINTS[point])
-    with pytest.raises(checkpoints.Preempted, match=f'step {POINTS[point]}'):
+    _sigterm_at(m, boundary)
+    with pytest.raises(checkpoints.Preempted, match=f'step {boundary}'):
       train.train_and_evaluate(c, str(tmp_path / 'stopped'))
   assert not (tmp_path / 'stopped' / 'results.json').exists()
-  train.train_and_evaluate(c, str(tmp_path / 'stopped'))
+  capsys.readouterr()
+  with monkeypatch.context() as m:
+    seen = _count_steps(m)
+    train.train_and_evaluate(c, str(tmp_path / 'stopped'))
+  # It continued where it stopped (4 steps an epoch): no step before the boundary computed again.
+  assert f'resuming from the checkpoint at step {boundary} (epoch {boundary // 4 + 1})' in (
+    capsys.readouterr().out
+  )
+  assert seen == list(range(boundary, 12))
   (straight, straight_epochs), (resumed, resumed_epochs) = (
     _finals(tmp_path / 'straight'),
     _finals(tmp_path / 'stopped'),
