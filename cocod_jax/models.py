@@ -1,4 +1,4 @@
-"""Flax models: CIFAR ResNet18 and VGG16, a small CNN for CPU runs, and a zero-init linear model.
+"""Flax models: CIFAR ResNet18 and VGG16, a small CNN for CPU runs, and zero-init linear models.
 
 Every model takes `(x, train, mask)`; `mask` (one 0/1 weight per example, or None) keeps padded
 examples out of BatchNorm statistics, so workers with unequal batch sizes can share one shape.
@@ -141,12 +141,31 @@ class Linear(nn.Module):
     )(x)
 
 
+class LinearBN(nn.Module):
+  """The linear model on its inputs standardised by BatchNorm without scale or bias: nothing to
+  learn before the dense layer, yet BatchNorm running statistics to average or keep (the smallest
+  model for the float64 reference of their averaging, tests/reference.py)."""
+
+  num_classes: int
+
+  @nn.compact
+  def __call__(self, x, train=False, mask=None):
+    x = x.reshape((x.shape[0], -1))
+    norm = nn.BatchNorm(
+      use_running_average=not train, momentum=0.9, use_scale=False, use_bias=False
+    )
+    x = norm(x, mask=_bn_mask(mask, x))
+    zeros = nn.initializers.zeros
+    return nn.Dense(self.num_classes, kernel_init=zeros, bias_init=zeros)(x)
+
+
 MODELS = {
   'resnet18': ResNet18,
   'vgg16': VGG16,
   'cnn': SmallCNN,
   'mlp': MLP,
   'linear': Linear,
+  'linear_bn': LinearBN,
 }
 
 

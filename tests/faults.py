@@ -66,9 +66,7 @@ def _inject(fault, step):
     ):
       _calls['background'] += 1
       if _calls['background'] == step:
-        print(
-          f'fault: SIGTERM inside the allreduce of {args[0].label}', flush=True
-        )
+        print(f'fault: SIGTERM inside the allreduce of {args[0].label}', flush=True)
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(1.0)  # The main thread handles the signal and steps on meanwhile.
     return reduce_(self, *args, **kwargs)

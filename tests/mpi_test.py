@@ -14,6 +14,7 @@ import time
 import numpy as np
 import pytest
 
+from cocod_jax import checkpoints
 from cocod_jax import results_schema
 from cocod_jax import schedules
 from cocod_jax import train
@@ -482,3 +483,34 @@ def test_slurm_preemption_requeues_and_the_requeued_job_resumes(tmp_path, straig
   assert 'resuming from the checkpoint at step 27 (epoch 2)' in again.stdout
   assert (tmp_path / 'scontrol.args').read_text().split() == ['requeue', '4242']  # Not again.
   _assert_same(_params(workdir), straight_run)
+
+
+@pytest.mark.parametrize(
+  'algorithm,variant', [('cocod_sgd', 'bn_local'), ('pipe_sgd', 'bn_averaged')]
+)
+def test_mpi_variants_match_reference(tmp_path, algorithm, variant):
+  # As train_test.test_variants_match_reference on 3 ranks: the period warm-up with BatchNorm
+  # statistics kept per worker and averaged momentum (CoCoD-SGD), and statistics averaged with
+  # the stale gradient (Pipe-SGD); every rank's state at the end and the final model.
+  options = train_test.VARIANTS[variant]
+  path, x, y = train_test._tiny_npz(tmp_path)
+  c = train_test.variant_config(path, algorithm, **options)
+  a = c.algorithm
+  _run_mpi(c, tmp_path / 'mpi', f'--config.algorithm.warmup_period_epochs={a.warmup_period_epochs}',
+           f'--config.algorithm.average_batch_stats={a.average_batch_stats}',
+           f'--config.algorithm.average_momentum={a.average_momentum}',
+           '--config.checkpoint.every_epochs=4')  # fmt: skip
+  with np.load(tmp_path / 'mpi' / 'final_params.npz') as f:
+    names = ['params/Dense_0/kernel', 'params/Dense_0/bias']
+    final = [f[n] for n in names + ['batch_stats/BatchNorm_0/mean', 'batch_stats/BatchNorm_0/var']]
+  workers = []
+  expected = train_test.variant_reference(x, y, algorithm, workers_out=workers, **options)
+  for rank in range(3):
+    state = checkpoints.Checkpointer(str(tmp_path / 'mpi'), rank, 3, None, 1).restore(8)[0]['state']
+    got = [state['params']['Dense_0'][k] for k in ('kernel', 'bias')]
+    got += [state['momentum']['Dense_0'][k] for k in ('kernel', 'bias')]
+    got += [state['batch_stats']['BatchNorm_0'][k] for k in ('mean', 'var')]
+    for g, e in zip(got, workers[rank]):
+      np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-6, err_msg=f'rank {rank}')
+  for g, e in zip(final, expected):
+    np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-6)
