@@ -369,7 +369,23 @@ def test_table_renderer_golden():
     dict(dir='/w/points/local_sgd.c10_r18.cpu.s1-44444444', state='PENDING', stale=None,
          wall_s=None, metrics=None, detail=''),
   ]  # fmt: skip
-  _golden('table.golden.md', sweep.render(records, HEAD))
+  text = sweep.render(records, HEAD)
+  _golden('table.golden.md', text)
+  # The golden file was written from the renderer's output; what each row must say is written
+  # out here from the records by hand, so a renderer that shows the wrong field still fails.
+  rows = {line.split('|')[1].strip(): [c.strip() for c in line.split('|')[2:-1]]
+          for line in text.splitlines()[2:7]}  # fmt: skip
+  assert rows == {
+    'cocod_sgd.c10_r18.cpu.s0-0a1b2c3d': ['DONE', 'no', '41.2', '0.9123', '12.2'],
+    'ssgd.c10_r18.cpu.s0-11111111': ['DIVERGED', 'yes', '3.0', '-', '-'],
+    'pipe_sgd.c10_r18.cpu.s0-22222222': ['FAILED', 'no', '2.5', '-', '-'],
+    'local_sgd.c10_r18.cpu.s0-33333333': ['RUNNING', '-', '-', '-', '-'],
+    'local_sgd.c10_r18.cpu.s1-44444444': ['PENDING', '-', '-', '-', '-'],
+  }
+  assert '5 points: 1 DONE, 1 DIVERGED, 1 RUNNING, 1 FAILED, 1 PENDING' in text
+  assert 'warning: 1 point was run at another commit than HEAD (0123456789ab)' in text
+  assert 'FAILED: pipe_sgd.c10_r18.cpu.s0-22222222 (exit status 2)' in text
+  assert 'RUNNING: local_sgd.c10_r18.cpu.s0-33333333 (pid 123 on host)' in text
 
 
 # --------------------------------------------------------------------------- Slurm
@@ -400,6 +416,13 @@ def test_slurm_script_and_pending_golden(tmp_path, capsys):
   pending_text = json.dumps(pending, indent=2) + '\n'
   _golden('pending.json.golden', _normalized(pending_text, points, tmp_path))
   assert '#SBATCH --array=0-1%1' in printed  # Its MPI point: one at a time.
+  # Beside the goldens (copied from the output once): the pending points are exactly those of
+  # the sweep, each with its own directory, and the script asks for what was given.
+  assert sorted(p['dir'] for p in pending['points']) == sorted(p.dir for p in points)
+  assert '#SBATCH --time=01:00:00' in script and '--timeout_s=600' in script
+  for entry, point in zip(pending['points'], points):
+    assert f'--workdir={point.dir}' in entry['command'] and entry['hash'] == point.hash
+    assert (entry['command'][:2] == ['srun', '--mpi=pmix']) == (entry['backend'] == 'mpi')
   assert not tmp_path.joinpath('points').exists()  # Nothing runs here.
 
 
