@@ -284,3 +284,8 @@ def test_bad_workdir_refused_before_the_data_is_loaded(tmp_path):
   p = main_test._main(a_file, '--config.dataset.name=npz', '--config.dataset.path=/nonexistent.npz')
   assert p.returncode == 2 and len(_errors(p)) == 1, p.stderr[-2000:]
   assert f'--workdir={a_file}: exists and is not a directory' in _errors(p)[0], _errors(p)
+
+
+def test_json_is_strict():
+  text = files.dumps({'a': float('nan'), 'b': [1.0, float('inf'), -float('inf')], 'c': 2.5})
+  assert json.loads(text) == {'a': None, 'b': [1.0, None, None], 'c': 2.5}
