@@ -356,14 +356,20 @@ def test_kill_while_writing_a_checkpoint_is_ignored(tmp_path, straight_run):
   _assert_same(resumed, straight_run)
 
 
-def test_checkpoint_of_another_world_size_is_refused(tmp_path):
-  # A one-host run of 2 workers leaves a checkpoint of 1 process; 2 MPI ranks refuse it.
+def test_workdir_of_another_runtime_is_refused(tmp_path):
+  # A one-host run of 2 workers leaves its fingerprint and a checkpoint of 1 process; 2 MPI ranks
+  # refuse the workdir, naming the field that differs (the checkpoint's world size would be
+  # refused next: workdir_test.test_checkpoint_of_another_world_size_is_refused).
   one = train_test.test_config.get_config()
   one.checkpoint.every_epochs = 1
   train.train_and_evaluate(one, str(tmp_path))
   p = _mpirun(2, ['--config=configs/test.py', '--config.backend=mpi', f'--workdir={tmp_path}'])
   assert p.returncode == 2, p.stderr[-3000:]
-  assert 'written by 1 processes (MPI ranks) and this run has 2' in p.stderr
+  for rank in (0, 1):
+    assert (
+      f'error: rank {rank}: {tmp_path} holds a run of another config or data (config '
+      "backend: 'one_host' -> 'mpi')" in p.stderr
+    ), p.stderr[-3000:]
 
 
 def test_sigterm_while_an_allreduce_is_in_flight_resumes_exactly(tmp_path, straight_run):

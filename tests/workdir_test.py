@@ -289,3 +289,12 @@ def test_bad_workdir_refused_before_the_data_is_loaded(tmp_path):
 def test_json_is_strict():
   text = files.dumps({'a': float('nan'), 'b': [1.0, float('inf'), -float('inf')], 'c': 2.5})
   assert json.loads(text) == {'a': None, 'b': [1.0, None, None], 'c': 2.5}
+
+
+def test_checkpoint_of_another_world_size_is_refused(finished):
+  # The finished run's checkpoints were written by 1 process; a job of 2 refuses them in one
+  # line rather than skipping them as unreadable.
+  _, straight = finished
+  two = checkpoints.Checkpointer(str(straight), 0, 2, lambda: None, 2)
+  with pytest.raises(checkpoints.ResumeError, match='written by 1 processes .* this run has 2'):
+    two.restore_newest(two.steps(), say=lambda *_: None)
