@@ -7,6 +7,8 @@ every quantity that follows from it consistently (ALGORITHMS.md, "Schedules" and
 
 import jax.numpy as jnp
 
+LR_SCALINGS = ('linear', 'none')  # optimizer.lr_scaling: see peak_learning_rate.
+
 
 def batch_sizes(config) -> list[int]:
   """Per-worker batch sizes M_i: proportional to `worker_speeds` under proportional sampling."""

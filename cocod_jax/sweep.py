@@ -270,9 +270,9 @@ def _set(config, path: str, value, from_text: bool) -> tuple[str | None, str | N
   for part in parents:
     node = node[part] if hasattr(node, 'items') and part in node else None
   if not hasattr(node, 'items') or leaf not in node:
-    from cocod_jax import config_validation  # pylint: disable=g-import-not-at-top
+    from cocod_jax import config_files  # pylint: disable=g-import-not-at-top
 
-    hint = config_validation.field_hint(config, path)
+    hint = config_files.field_hint(config, path)
     return None, f"override {path}={value!r}: the config has no field '{path}'; {hint}"
   if hasattr(node[leaf], 'items'):
     return None, f"override {path}: '{path}' is a group of fields; set its fields one by one"
