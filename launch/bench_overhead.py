@@ -28,20 +28,10 @@ FLAGS = flags.FLAGS
 def _config():
   from configs import common  # pylint: disable=g-import-not-at-top
 
-  c = common.base_config()
-  c.num_workers = 1
-  c.model.name = 'cnn'
-  c.dataset.name = 'digits'
-  c.dataset.augment = False
-  c.batch_size = 16
+  c = common.small_config('cnn', 'digits', num_workers=1, batch_size=16, num_epochs=FLAGS.epochs)
   c.algorithm.name = 'local_sgd'
   c.algorithm.period = 10**6
-  c.algorithm.warmup_period_epochs = 0
-  c.optimizer.warmup_epochs = 0
-  c.num_epochs = FLAGS.epochs
-  c.checkpoint.every_epochs = 0
-  c.checkpoint.interval_s = 0.0
-  return c
+  return common.without_checkpoints(c)
 
 
 def framework(workdir):

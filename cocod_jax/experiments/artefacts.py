@@ -161,49 +161,22 @@ def speedup_figure() -> int:
 def paper() -> int:
   """Every artefact in order (Figures 2 and 5 reuse the tables' runs); 0 when all finished."""
   names = ('table1', 'table2', 'fig2', 'fig5', 'fig3', 'fig6', 'fig4')
-  return max(ARTEFACTS[name][0]() for name in names)
+  return max(ARTEFACTS[name]() for name in names)
 
 
-# name -> (the function that makes it, what it prints and writes).
+# name -> the function that makes it (what each prints: its docstring).
 ARTEFACTS = {
-  'table1': (
-    functools.partial(table, 1),
-    'Table 1 (16 homogeneous workers): ours, mean +- std over seeds, beside the paper with the '
-    'difference, then the parity checks against S-SGD',
-  ),
-  'table2': (
-    functools.partial(table, 2),
-    'Table 2 (16 workers, 8 at half speed), as Table 1',
-  ),
-  'fig2': (
-    functools.partial(loss_figure, 2),
-    "Figure 2: training loss against epochs, Table 1's runs; each final loss and the largest gap",
-  ),
-  'fig5': (
-    functools.partial(loss_figure, 5),
-    "Figure 5: training loss against epochs, Table 2's runs, as Figure 2",
-  ),
-  'fig3': (
-    functools.partial(time_figure, 3),
-    'Figure 3: test accuracy against training time under MPI (homogeneous); per task and '
-    'algorithm the best accuracy, the time to the common target and its speedup over S-SGD '
-    "beside the paper's, the time per epoch, r and the hidden fraction",
-  ),
-  'fig6': (
-    functools.partial(time_figure, 6),
-    'Figure 6: as Figure 3 in the mixed cluster (half the workers at half speed)',
-  ),
-  'fig4': (
-    speedup_figure,
-    'Figure 4: time speedup against workers, measured under MPI, with the Section 4.2 model',
-  ),
-  'paper': (paper, 'every artefact above; exit status 0 only when every sweep finished'),
+  **{f'table{n}': functools.partial(table, n) for n in (1, 2)},
+  **{f'fig{n}': functools.partial(loss_figure, n) for n in (2, 5)},
+  **{f'fig{n}': functools.partial(time_figure, n) for n in (3, 6)},
+  'fig4': speedup_figure,
+  'paper': paper,
 }
 
 
 def main(name: str) -> None:
   """The entry point of artefact `name`: defines the flags, runs it, exits with its status."""
-  make = ARTEFACTS[name][0]
+  make = ARTEFACTS[name]
   cocod_flags.define_experiment_flags()
 
   def run(argv):

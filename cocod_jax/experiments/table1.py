@@ -1,7 +1,7 @@
 """`python -m cocod_jax.experiments.table1 --scale=cpu`: Table 1 beside the paper's numbers.
 
 Writes table1.md and table1.json into --workdir.
-What it prints: `artefacts.ARTEFACTS['table1']`; flags: `cocod_jax.flags`.
+Made by `artefacts.ARTEFACTS['table1']`; flags: `cocod_jax.flags`.
 """
 
 from cocod_jax.experiments import artefacts

@@ -31,28 +31,14 @@ def _overrides(items) -> dict:
 
 
 def _run(f) -> int:
-  overrides = _overrides(f.set)
-  common = dict(
-    retry_failed=f.retry_failed,
-    rerun_stale=f.rerun_stale,
-    timeout_s=f.timeout_s,
-    overrides=overrides,
-    overrides_as_text=True,
-  )
+  # What a Slurm task takes too (the array passes on those it was written with).
+  common = dict(retry_failed=f.retry_failed, rerun_stale=f.rerun_stale, timeout_s=f.timeout_s)
+  common.update(overrides=_overrides(f.set), overrides_as_text=True)
   if f.run_index is not None:
     return slurm.run_task(f.config, f.workdir, f.run_index, **common)
-  records = runner.run_sweep(
-    f.config,
-    f.workdir,
-    parallel=f.parallel,
-    launcher=f.launcher,
-    dry_run=f.dry_run,
-    report_only=f.report_only,
-    fail_fast=f.fail_fast,
-    link_rate=f.link_rate,
-    slurm_args=tuple(f.slurm_arg),
-    **common,
-  )
+  how = dict(parallel=f.parallel, launcher=f.launcher, link_rate=f.link_rate)
+  how.update(dry_run=f.dry_run, report_only=f.report_only, fail_fast=f.fail_fast)
+  records = runner.run_sweep(f.config, f.workdir, slurm_args=tuple(f.slurm_arg), **how, **common)
   if f.dry_run or f.launcher == 'slurm':
     return 0
   return 0 if runner.finished(records) else 1

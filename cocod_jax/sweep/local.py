@@ -29,6 +29,8 @@ from cocod_jax.sweep import state as state_lib
 EXIT_TIMED_OUT = 124  # Recorded when --timeout_s ended the run (the `timeout` command's status).
 KILL_GRACE_S = 120.0  # After SIGTERM a run checkpoints and exits 75; then SIGKILL.
 LOG_TAIL_LINES = 40
+# What point.json records of the point, before the run's own fields.
+POINT_FIELDS = ('config_file', 'config_arg', 'overrides', 'config', 'hash', 'slug', 'link_rate')
 
 
 @dataclasses.dataclass
@@ -56,28 +58,11 @@ def _log_tail(path: str, offset: int) -> list[str]:
 
 def _write_point_json(point, launcher: str, head: str, cmd: list, slurm_job_id) -> None:
   path = os.path.join(point.dir, 'point.json')
-  previous = state_lib.read_json(path) or {}
-  files.write_json_atomic(
-    path,
-    dict(
-      config_file=point.config_file,
-      config_arg=point.config_arg,
-      overrides=point.overrides,
-      config=point.config,
-      hash=point.hash,
-      slug=point.slug,
-      link_rate=point.link_rate,
-      commit=head,
-      dirty=provenance.dirty(),
-      command=cmd,
-      command_line=shlex.join(cmd),
-      created=state_lib.now(),
-      host=socket.gethostname(),
-      launcher=launcher,
-      slurm_job_id=slurm_job_id,
-      attempt=int(previous.get('attempt', 0)) + 1,
-    ),
-  )
+  attempt = int((state_lib.read_json(path) or {}).get('attempt', 0)) + 1
+  record = {k: getattr(point, k) for k in POINT_FIELDS}
+  record.update(commit=head, dirty=provenance.dirty(), command=cmd, command_line=shlex.join(cmd))
+  record.update(created=state_lib.now(), host=socket.gethostname(), launcher=launcher)
+  files.write_json_atomic(path, dict(record, slurm_job_id=slurm_job_id, attempt=attempt))
 
 
 def launch(point, launcher: str, head: str, slurm_job_id, label: str, timeout_s: float):

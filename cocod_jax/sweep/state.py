@@ -221,23 +221,11 @@ def collect(points: list, head: str) -> list[dict]:
     s = state(p, head)
     results = read_json(os.path.join(p.dir, 'results.json')) if s.name in FINISHED else None
     status = read_json(os.path.join(p.dir, 'status.json')) or {}
-    records.append(
-      dict(
-        slug=p.slug,
-        dir=p.dir,
-        hash=p.hash,
-        state=s.name,
-        stale=s.stale,
-        detail=s.detail,
-        config_file=p.config_file,
-        config_arg=p.config_arg,
-        overrides=p.overrides,
-        rc=status.get('rc'),
-        wall_s=status.get('wall_s'),
-        metrics=(results or {}).get('final'),
-        results=results,
-      )
-    )
+    record = {k: getattr(p, k) for k in ('slug', 'dir', 'hash')}
+    record.update(state=s.name, stale=s.stale, detail=s.detail)
+    record.update({k: getattr(p, k) for k in ('config_file', 'config_arg', 'overrides')})
+    record.update(rc=status.get('rc'), wall_s=status.get('wall_s'))
+    records.append(dict(record, metrics=(results or {}).get('final'), results=results))
   return records
 
 
