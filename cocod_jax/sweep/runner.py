@@ -41,6 +41,16 @@ def _check_options(launcher, parallel, timeout_s, link_rate) -> None:
     )
 
 
+def _check_root(link_rate: str, points, running_here: bool) -> None:
+  """The simulated link needs root (a network namespace and tc): refused before anything runs."""
+  has_mpi = any(p.backend == 'mpi' for p in points)
+  if link_rate and has_mpi and running_here and os.geteuid() != 0:
+    raise errors.UsageError(
+      f'--link_rate={link_rate} needs root (a network namespace and tc, launch/simnet.sh); run '
+      'as root, or drop --link_rate to time on the real network'
+    )
+
+
 def _print_dry_run(points, states, todo, launcher, array) -> None:
   """Each point's state and command (and the Slurm script that would be written); writes
   nothing. `array`: (config, workdir, runner flags, parallel, extra #SBATCH options)."""
@@ -128,15 +138,14 @@ def run_sweep(
     workdir: where `points/` and `sweeps/<name>/` go.
     parallel: points at once; only for sweeps whose points all use the one-host backend.
     launcher: 'local' (run here) or 'slurm' (write pending.json and sweep.sbatch; run nothing).
-    dry_run: print the states and commands (and the Slurm script); write nothing.
-    report_only: re-render sweep.md and sweep.json from disk; run nothing.
-    retry_failed: run FAILED points again.
-    rerun_stale: move the directories of STALE points aside and run them again.
+    dry_run, report_only: print the states and commands (and the Slurm script), or re-render
+      sweep.md and sweep.json from disk; run and write nothing else.
+    retry_failed, rerun_stale: run FAILED points again; STALE ones, their directories moved aside.
     fail_fast: start no further point after one fails.
-    timeout_s: a run taking longer gets SIGTERM (then SIGKILL) and is FAILED (status 124).
-    link_rate: run MPI points on the simulated link at this rate (launch/simnet.sh; root).
-    overrides: dotted field -> value set on every point (after the point's own).
-    overrides_as_text: `overrides`' values are command-line text (the CLI's --set).
+    timeout_s: a run taking longer gets SIGTERM (then SIGKILL): FAILED, status 124.
+    link_rate: MPI points on the simulated link at this rate (launch/simnet.sh; root).
+    overrides: dotted field -> value set on every point (after the point's own); command-line
+      text (the CLI's --set) when `overrides_as_text`.
     slurm_args: extra `#SBATCH` options of the array script.
 
   Returns:
@@ -148,26 +157,20 @@ def run_sweep(
   _check_options(launcher, parallel, timeout_s, link_rate)
   points = points_lib.expand(config, workdir, overrides, link_rate, overrides_as_text)
   running_here = not (dry_run or report_only or launcher == 'slurm')
-  has_mpi = any(p.backend == 'mpi' for p in points)
-  if link_rate and has_mpi and running_here and os.geteuid() != 0:
-    raise errors.UsageError(
-      f'--link_rate={link_rate} needs root (a network namespace and tc, launch/simnet.sh); run '
-      'as root, or drop --link_rate to time on the real network'
-    )
-  head = provenance.commit()
-  parallel = _parallel(parallel, points)
+  _check_root(link_rate, points, running_here)
+  head, parallel = provenance.commit(), _parallel(parallel, points)
   states = {p.dir: state_lib.state(p, head) for p in points}
   todo = state_lib.to_run(points, states, retry_failed, rerun_stale)
   flags = slurm.runner_flags(retry_failed, rerun_stale, timeout_s, overrides, overrides_as_text)
-  array = (config, workdir, flags, parallel, slurm_args)
+  array = (config, workdir, flags, parallel, slurm_args)  # What a Slurm array is written with.
   if dry_run:
     _print_dry_run(points, states, todo, launcher, array)
     return state_lib.collect(points, head)
   if launcher == 'slurm' and not report_only:
     _submit(todo, states, len(points), head, array)
   elif running_here:
-    options = (parallel, rerun_stale, timeout_s, fail_fast)
-    _run_here(config, workdir, points, states, todo, head, options)
+    how = (parallel, rerun_stale, timeout_s, fail_fast)
+    _run_here(config, workdir, points, states, todo, head, how)
   records = state_lib.collect(points, head)
   print(report.write_summary(config, workdir, records, head), end='', flush=True)
   return records

@@ -5,6 +5,11 @@ array script `sweep.sbatch` beside the summary; each task runs
 `python -m cocod_jax.sweep ... --run_index=$SLURM_ARRAY_TASK_ID` (`run_task`), MPI ranks through
 `srun`, and requeues itself when its run was preempted (exit 75, checkpoint written). Rerunning
 the runner later recomputes the states (a task's lock names its job, which squeue confirms).
+
+Kept ours rather than submitit's for now: submitit pickles one Python call per task and starts
+it on every task of the allocation, while an MPI point needs one runner per task that starts N
+ranks with `srun`; and the script here is a file users read, edit and submit from a login node
+(its text is pinned by a golden test). No Slurm was at hand to try a submitit path against.
 """
 
 import os
