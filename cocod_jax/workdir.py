@@ -33,6 +33,7 @@ import time
 import numpy as np
 
 from cocod_jax import checkpoints
+from cocod_jax import errors
 from cocod_jax import files
 
 LOCK, HOLDER, FINGERPRINT, RESULTS = 'run.lock', 'run.lock.json', 'fingerprint.json', 'results.json'
@@ -47,7 +48,7 @@ MPI_SIZE_VARIABLES = (
 )
 
 
-class WorkdirError(ValueError):
+class WorkdirError(errors.UsageError):
   """The workdir cannot be used by this run (the message says why and what to do)."""
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from cocod_jax import checkpoints
+from cocod_jax import input_pipeline
 from cocod_jax import results_schema
 from cocod_jax import schedules
 from cocod_jax import train
@@ -408,7 +409,7 @@ def test_held_workdir_refused_on_every_rank(tmp_path):
   # This process holds the workdir (a run in progress); rank 0 finds the lock taken and every
   # rank refuses with the same line, exit 2, nothing started.
   c = train_test.test_config.get_config()
-  with workdir_lib.claim(str(tmp_path), c, train.config_validation.load_checked_dataset(c)):
+  with workdir_lib.claim(str(tmp_path), c, input_pipeline.load_checked(c)):
     p = _mpirun(2, CKPT + [f'--workdir={tmp_path}'])
   assert p.returncode == 2, p.stderr[-3000:]
   for rank in (0, 1):

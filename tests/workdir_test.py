@@ -15,6 +15,7 @@ import pytest
 
 from cocod_jax import checkpoints
 from cocod_jax import files
+from cocod_jax import input_pipeline
 from cocod_jax import train
 from cocod_jax import workdir
 from tests import checkpoints_test
@@ -45,7 +46,7 @@ def test_second_run_refused_naming_workdir_and_holder(tmp_path):
   # line naming the workdir and this process, and writes nothing there.
   c = _config(tmp_path)
   wd = tmp_path / 'run'
-  dataset = train.config_validation.load_checked_dataset(c)
+  dataset = input_pipeline.load_checked(c)
   with workdir.claim(str(wd), c, dataset):
     before = sorted(os.listdir(wd))
     p = main_test._main(wd)
