@@ -139,6 +139,8 @@ def test_figure4_model_comes_from_the_calibration_runs(tmp_path, monkeypatch):
   # drawn from the calibration (CoCoD at k = 5, 2 workers: step max(0.1, 0.3 / 5) = 0.1,
   # speedup 2), never from the runs it is plotted beside (which would give 2 * 0.2 / 0.2 = 2 too
   # for CoCoD, so S-SGD tells them apart: 2 * 0.1 / 0.4 = 0.5 against 2 * 0.2 / 1.1).
+  if 'scale' not in common.FLAGS:
+    cocod_flags.define_experiment_flags()
   common.FLAGS(['test', '--scale=smoke', f'--workdir={tmp_path}'])
   try:
 
