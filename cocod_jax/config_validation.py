@@ -19,6 +19,7 @@ ALGORITHMS = tuple(algorithms.ALGORITHMS)
 BACKENDS = ('one_host', 'mpi')
 STAGINGS = mpi.STAGINGS
 LR_SCALINGS = ('linear', 'none')
+OPTIMIZERS = ('sgd', 'adam')  # steps.py; adam only for MNIST-1D's published recipe.
 
 
 class ConfigError(ValueError):
@@ -86,7 +87,9 @@ def _learning_fields(config, v: _Checks) -> None:
   if d.name == 'npz' and not d.path:
     v.out.append(f"dataset.path='' is invalid for dataset.name='npz'; allowed: a .npz file with "
                  f'arrays {list(input_pipeline.NPZ_KEYS)}')  # fmt: skip
+  _split_fields(d, v)
   v.integer('batch_size', config.batch_size, 1)
+  v.check(o.name in OPTIMIZERS, 'optimizer.name', o.name, list(OPTIMIZERS))
   v.number('optimizer.learning_rate', o.learning_rate, 0)
   ok = _is_number(o.momentum) and 0 <= o.momentum < 1
   v.check(ok, 'optimizer.momentum', o.momentum, '[0, 1)')
@@ -101,6 +104,26 @@ def _learning_fields(config, v: _Checks) -> None:
     tuple(o.decay_epochs),
     'a tuple of 1-based epoch numbers >= 1, e.g. (81,)',
   )
+
+
+def _split_fields(d, v: _Checks) -> None:
+  """The sizes of a generated split: MNIST-1D only, and as many examples of every class."""
+  v.integer('dataset.train_examples', d.train_examples, 0)
+  v.integer('dataset.test_examples', d.test_examples, 0)
+  if not (_is_int(d.train_examples) and _is_int(d.test_examples)):
+    return
+  if d.name in input_pipeline.MNIST1D_VARIANTS:
+    if d.train_examples >= 0 and d.test_examples >= 0:
+      problem = input_pipeline.mnist1d_size_problem(d.name, d.train_examples, d.test_examples)
+      if problem:
+        v.out.append(problem)
+  elif d.name in input_pipeline.DATASETS and (d.train_examples or d.test_examples):
+    v.out.append(
+      f'dataset.train_examples={d.train_examples!r}, dataset.test_examples={d.test_examples!r} '
+      f'are invalid for dataset.name={d.name!r}: only a generated MNIST-1D split has a size to '
+      f'choose; allowed: 0 (the data as it is), or dataset.name in '
+      f'{list(input_pipeline.MNIST1D_VARIANTS)}'
+    )
 
 
 def _cluster_fields(config, v: _Checks) -> None:
@@ -197,8 +220,9 @@ def check_data(config, dataset) -> None:
 def load_checked_dataset(config):
   """Loads `config.dataset` and checks it against the config; raises ConfigError."""
   try:
+    d = config.dataset
     ds = input_pipeline.load_dataset(
-      config.dataset.name, config.dataset.path, config.dataset.num_classes, config.data_dir
+      d.name, d.path, d.num_classes, config.data_dir, d.train_examples, d.test_examples
     )
   except input_pipeline.DataError as e:
     raise ConfigError(str(e)) from None

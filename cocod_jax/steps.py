@@ -6,6 +6,11 @@ with momentum `mu` and weight decay `lambda` in the PyTorch form the paper used:
 each worker by default (`algorithm.average_momentum=False`); BatchNorm statistics are averaged
 with the parameters by default (`algorithm.average_batch_stats=True`).
 
+`optimizer.name='adam'` is PyTorch's Adam (betas 0.9, 0.999, eps 1e-8, weight decay added to the
+gradient), only so that MNIST-1D's published recipe can be rerun as its authors ran it (the
+published check); the buffer `momentum` then holds Adam's two moments {'mu', 'nu'}, and the bias
+correction counts the worker's own steps.
+
 Nothing here knows how many workers there are or where they run: `cluster/one_host.py` maps
 these functions over a leading worker axis with `jax.vmap`, `cluster/mpi.py` jits them for the
 one worker of its process. A worker's batch is chosen on the device from the epoch's index table
@@ -98,6 +103,7 @@ def make_step_fns(model, config, sizes, steps_per_epoch, normalize, augment_on) 
   lr_fn = schedules.learning_rate_fn(config, sizes, steps_per_epoch)
   mu = config.optimizer.momentum
   wd = config.optimizer.weight_decay
+  adam = config.optimizer.name == 'adam'
 
   def compute_grads(state, data):
     """g_i(x_t): gradient of the mean loss over this worker's real (mask=1) examples."""
@@ -124,8 +130,13 @@ def make_step_fns(model, config, sizes, steps_per_epoch, normalize, augment_on) 
 
   def update(state, grads, batch_stats, lr):
     d = jax.tree.map(lambda g, p: g + wd * p, grads, state.params)
-    m = jax.tree.map(lambda m_, d_: mu * m_ + d_, state.momentum, d)
-    params = jax.tree.map(lambda p, m_: p - lr * m_, state.params, m)
+    if adam:
+      m = adam_moments(state.momentum, d)
+      step = adam_direction(m, state.step + 1)
+    else:
+      m = jax.tree.map(lambda m_, d_: mu * m_ + d_, state.momentum, d)
+      step = m
+    params = jax.tree.map(lambda p, u: p - lr * u, state.params, step)
     return state._replace(step=state.step + 1, params=params, batch_stats=batch_stats, momentum=m)
 
   def apply_update(state, grads, batch_stats):
@@ -151,6 +162,29 @@ def make_step_fns(model, config, sizes, steps_per_epoch, normalize, augment_on) 
     return jnp.sum(cross_entropy(logits, y) * mask), jnp.sum(correct * mask)
 
   return StepFns(compute_grads, apply_update, local_step, skip_step, eval_step, masked_step)
+
+
+ADAM_BETAS = (0.9, 0.999)  # PyTorch's defaults, as MNIST-1D's published recipe used them.
+ADAM_EPS = 1e-8
+
+
+def adam_moments(moments, d):
+  """Adam's first and second moments after gradient `d`: mu <- b1 mu + (1 - b1) d, likewise nu
+  with d^2."""
+  b1, b2 = ADAM_BETAS
+  return {
+    'mu': jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, moments['mu'], d),
+    'nu': jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, moments['nu'], d),
+  }
+
+
+def adam_direction(new, count):
+  """Adam's update direction from the moments `new` of its `count`-th step (1-based):
+  mu_hat / (sqrt(nu_hat) + eps), the moments bias-corrected by 1 - b^count, as PyTorch does."""
+  b1, b2 = ADAM_BETAS
+  c1 = 1 - b1 ** count.astype(jnp.float32)
+  c2 = 1 - b2 ** count.astype(jnp.float32)
+  return jax.tree.map(lambda m, v: (m / c1) / (jnp.sqrt(v / c2) + ADAM_EPS), new['mu'], new['nu'])
 
 
 def synced_part(state, config):
@@ -179,14 +213,26 @@ def with_part(state, part):
   return state._replace(**part)
 
 
-def create_train_state(model, key, input_shape, worker: int) -> TrainState:
-  """The common x_0 (same `key` on every worker) with a per-worker augmentation key."""
+def create_train_state(model, key, input_shape, worker: int, optimizer: str = 'sgd') -> TrainState:
+  """The common x_0 (same `key` on every worker) with a per-worker augmentation key.
+
+  Args:
+    model: the Flax model.
+    key: the PRNG key of x_0 (the run's seed: the same on every worker).
+    input_shape: one example's shape.
+    worker: the worker's index (its augmentation key).
+    optimizer: `optimizer.name`: 'sgd' (one momentum buffer) or 'adam' (its two moments).
+
+  Returns:
+    the worker's TrainState at step 0.
+  """
   variables = model.init(key, jnp.zeros((1,) + tuple(input_shape), jnp.float32), train=False)
   params = variables['params']
+  zeros = jax.tree.map(jnp.zeros_like, params)
   return TrainState(
     step=jnp.zeros((), jnp.int32),
     params=params,
     batch_stats=variables.get('batch_stats', {}),
-    momentum=jax.tree.map(jnp.zeros_like, params),
+    momentum={'mu': zeros, 'nu': zeros} if optimizer == 'adam' else zeros,
     key=jax.random.fold_in(jax.random.fold_in(key, 1), worker),
   )
