@@ -31,20 +31,22 @@ import zlib
 import numpy as np
 
 # MNIST-1D variants: (training examples, test examples, generator arguments that differ from the
-# package's defaults). The published default split (its 5000 examples, 80% for training: logistic
-# regression 32%, MLP 68%, CNN 94%); a large split with about as many training examples as CIFAR
-# (~98 steps an epoch at 16 workers x batch 32) and a large test set, so that paired comparisons
-# of accuracies are not drowned in the test set's sampling noise; and a harder variant of it
-# (more noise, larger distortions) on which S-SGD ends well below saturation, standing in for
-# CIFAR-100 (the measurements behind these choices: docs/paper-cpu/pilot.md).
+# package's defaults).
+# - 'mnist1d': the published default split (its 5000 examples, 80% for training: logistic
+#   regression 32%, MLP 68%, CNN 94%).
+# - 'mnist1d_large': the CIFAR-10 stand-in. About as many training examples as CIFAR (~98 steps
+#   an epoch at 16 workers x batch 32) and a large test set, so that paired comparisons are not
+#   drowned in the test set's sampling noise. 1.2x the package's noise (correlated 0.25 -> 0.3,
+#   iid 0.02 -> 0.03): with the package's own arguments the 1-D CNN saturates at this size
+#   (S-SGD 98.9%, measured), with these it ends near 96% and the MLP near 83% (CIFAR-10:
+#   94% / 93%).
+# - 'mnist1d_hard': the CIFAR-100 stand-in, twice the package's noise (0.5, 0.05): S-SGD ends
+#   between 50% and 90% with both models (CIFAR-100: 75% / 71%).
+# The measurements behind these choices: docs/paper-cpu/pilot.md.
 MNIST1D_VARIANTS = {
   'mnist1d': (4000, 1000, {}),
-  'mnist1d_large': (50000, 20000, {}),
-  'mnist1d_hard': (
-    50000,
-    20000,
-    {'corr_noise_scale': 0.6, 'iid_noise_scale': 0.1, 'shear_scale': 1.5, 'scale_coeff': 0.8},
-  ),
+  'mnist1d_large': (50000, 20000, {'corr_noise_scale': 0.3, 'iid_noise_scale': 0.03}),
+  'mnist1d_hard': (50000, 20000, {'corr_noise_scale': 0.5, 'iid_noise_scale': 0.05}),
 }
 MNIST1D_CLASSES = 10
 # Where generated MNIST-1D splits are cached ('': ~/.cache/cocod_jax).
