@@ -34,6 +34,7 @@ from cocod_jax import input_pipeline  # noqa: E402
 from cocod_jax import models  # noqa: E402
 from cocod_jax import steps  # noqa: E402
 from cocod_jax import train  # noqa: E402
+from cocod_jax.experiments import stats  # noqa: E402
 from configs import common  # noqa: E402
 
 CELLS = {
@@ -126,9 +127,69 @@ def recorded(path):
   return {r['slug']: r for r in rows}
 
 
+def plateau_epoch(curve, within=0.005):
+  """The first epoch from which the accuracy stays within `within` of its final value."""
+  final = curve[-1]
+  for i in range(len(curve)):
+    if all(abs(a - final) <= within for a in curve[i:]):
+      return i + 1
+  return len(curve)
+
+
+def summary(out):
+  """The pilot's tables (Markdown) from `<out>/runs.jsonl` and the per-example files."""
+  rows = list(recorded(os.path.join(out, 'runs.jsonl')).values())
+  lines = [
+    '| cell | algorithm | seeds | final accuracy % (per seed) | mean | paired difference to '
+    'S-SGD (per seed) | sd of the difference | verdict at these seeds | seeds needed | '
+    'wall s / run |',
+    '|---|---|---|---|---|---|---|---|---|---|',
+  ]
+  for cell in CELLS:
+    here = [r for r in rows if r['cell'] == cell]
+    if not here:
+      continue
+    ref = {r['seed']: r for r in here if r['algo'] == 'ssgd'}
+    for algo in ('ssgd', 'cocod_sgd', 'local_sgd', 'pipe_sgd'):
+      runs = sorted((r for r in here if r['algo'] == algo), key=lambda r: r['seed'])
+      if not runs:
+        continue
+      accs = [100 * r['final_accuracy'] for r in runs]
+      walls = [r['wall_s'] for r in runs]
+      diff_text = sd_text = verdict = needed = ''
+      paired = [r for r in runs if r['seed'] in ref]
+      if algo != 'ssgd' and paired:
+        a = np.stack([np.load(os.path.join(out, r['slug'] + '.correct.npy')) for r in paired])
+        b = np.stack(
+          [np.load(os.path.join(out, ref[r['seed']]['slug'] + '.correct.npy')) for r in paired]
+        )
+        d = 100 * (a.mean(1) - b.mean(1))
+        diff_text = ', '.join(f'{x:+.2f}' for x in d)
+        c = stats.compare(a, b)
+        sd_text = f'{np.std(d, ddof=1):.2f}' if len(d) > 1 else 'n/a'
+        verdict = f'{c.verdict} [{c.lo:+.2f}, {c.hi:+.2f}]' if len(d) > 1 else c.verdict
+        needed = str(c.seeds_needed) if c.seeds_needed else ('-' if len(d) > 1 else 'n/a')
+      lines.append(
+        f'| {cell} | {algo} | {len(runs)} | {", ".join(f"{x:.2f}" for x in accs)} | '
+        f'{np.mean(accs):.2f} | {diff_text} | {sd_text} | {verdict} | {needed} | '
+        f'{np.mean(walls):.0f} [{min(walls):.0f}, {max(walls):.0f}] |'
+      )
+  lines += ['', '| cell | S-SGD curve (test accuracy % per epoch, seed 0) | plateau epoch |']
+  lines.append('|---|---|---|')
+  for cell in CELLS:
+    r = next((r for r in rows if r['cell'] == cell and r['algo'] == 'ssgd'), None)
+    if r:
+      curve = ' '.join(f'{100 * a:.1f}' for a in r['curve'])
+      lines.append(f'| {cell} | {curve} | {plateau_epoch(r["curve"])} |')
+  return '\n'.join(lines) + '\n'
+
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
+  if FLAGS.summary:
+    print(summary(FLAGS.out))
+    return
   os.makedirs(FLAGS.out, exist_ok=True)
   index = os.path.join(FLAGS.out, 'runs.jsonl')
   done = recorded(index)

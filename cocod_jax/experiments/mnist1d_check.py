@@ -82,9 +82,9 @@ def render(summary: dict, meta: dict) -> str:
   lines = [
     '# MNIST-1D: our pipeline and models against the published figures',
     '',
-    'S-SGD with one worker on the default 4000/1000 split (`dataset.name=mnist1d`), the authors\''
+    "S-SGD with one worker on the default 4000/1000 split (`dataset.name=mnist1d`), the authors'"
     ' recipe (`configs/mnist1d_check.py`: Adam, learning rate 1e-2, batch 100, 6000 steps, '
-    'batches in the data\'s order), final test accuracy; passes within '
+    "batches in the data's order), final test accuracy; passes within "
     f'{TOLERANCE:g} points of the published figure, mean of the seeds.',
     '',
     '| model | seeds | accuracies (%) | mean | sd | published | difference | verdict |',
