@@ -32,11 +32,16 @@ PUBLISHED = {'cnn1d': 94.0, 'mlp1d': 68.0}  # Greydanus 2020, MNIST-1D's README 
 TOLERANCE = 3.0  # Points.
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-flags.DEFINE_string('workdir', 'runs/mnist1d_check', 'Where the runs go.')
-flags.DEFINE_string('out', 'docs/paper-cpu', 'Where mnist1d_check.json and .md go.')
-flags.DEFINE_integer('seeds', 5, 'Seeds per model.')
-flags.DEFINE_list('models', list(PUBLISHED), 'Models to check.')
 FLAGS = flags.FLAGS
+
+
+def define_flags():
+  """The flags, defined only when this module runs as the program: the other entry points of
+  experiments/ define `workdir` too, and absl refuses a name defined twice in one process."""
+  flags.DEFINE_string('workdir', 'runs/mnist1d_check', 'Where the runs go.')
+  flags.DEFINE_string('out', 'docs/paper-cpu', 'Where mnist1d_check.json and .md go.')
+  flags.DEFINE_integer('seeds', 5, 'Seeds per model.')
+  flags.DEFINE_list('models', list(PUBLISHED), 'Models to check.')
 
 
 def git_state() -> dict:
@@ -138,4 +143,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  define_flags()
   app.run(main)
