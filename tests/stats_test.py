@@ -12,8 +12,9 @@ from cocod_jax.experiments import stats
 
 # Measured in the pilot (docs/paper-cpu/pilot.md): the seed-to-seed standard deviation of the
 # paired difference (algorithm - S-SGD, final accuracy on the same 20000 test examples, same
-# seeds), pooled over CoCoD-SGD, Local-SGD and Pipe-SGD and the cells; points.
-PILOT_SD_DIFFERENCE = 0.25
+# seeds), pooled over CoCoD-SGD, Local-SGD and Pipe-SGD in the three cells with 2 seeds (9 df);
+# points. Its per-cell values range from 0.02 to 0.67.
+PILOT_SD_DIFFERENCE = 0.385
 
 
 def test_verdicts_of_intervals():
@@ -100,11 +101,18 @@ def test_papers_table_one_concludes_nothing():
   assert rows[-1].endswith('| better | better | better |')
 
 
-@pytest.mark.parametrize('true_difference,verdict', [(0.0, 'equivalent'), (-1.5, 'worse')])
-def test_power_at_five_seeds(true_difference, verdict):
-  # The issue's requirement: two identical algorithms found equivalent, and one 1.5 points
-  # worse found worse, at least 90% of the time at 5 seeds, with the pilot's spreads.
+@pytest.mark.parametrize(
+  'true_difference,seeds,verdict', [(-1.5, 5, 'worse'), (0.0, 10, 'equivalent'), (0.0, 5, None)]
+)
+def test_power(true_difference, seeds, verdict):
+  # The issue asks: identical algorithms found equivalent, one 1.5 points worse found worse, at
+  # least 90% of the time at 5 seeds. At the pilot's spread the second holds at 5 seeds; the
+  # first needs 10 (at 5 seeds equivalence comes out about 60% of the time, asserted below so
+  # that a change of the procedure or of the spread shows here). docs/paper-cpu/pilot.md.
   rng = np.random.default_rng(2026)
-  rates = stats.verdict_rates(rng, true_difference, 5, PILOT_SD_DIFFERENCE, trials=1000)
-  assert rates[verdict] >= 0.9, rates
-  assert rates['better' if true_difference < 0 else 'worse'] == 0.0, rates
+  rates = stats.verdict_rates(rng, true_difference, seeds, PILOT_SD_DIFFERENCE, trials=1000)
+  if verdict:
+    assert rates[verdict] >= 0.9, rates
+  else:
+    assert 0.45 <= rates['equivalent'] <= 0.75, rates
+  assert rates['better' if true_difference < 0 else 'worse'] <= 0.01, rates
