@@ -30,6 +30,8 @@ import zlib
 
 import numpy as np
 
+from cocod_jax import errors
+
 # MNIST-1D variants: (training examples, test examples, generator arguments that differ from the
 # package's defaults).
 # - 'mnist1d': the published default split (its 5000 examples, 80% for training: logistic
@@ -71,7 +73,7 @@ _NPY_MAGIC = b'\x93NUMPY'
 _ZIP_MAGICS = (b'PK\x03\x04', b'PK\x05\x06')  # A zip's first entry, or an empty zip.
 
 
-class DataError(ValueError):
+class DataError(errors.UsageError):
   """A dataset that cannot be used as configured (the message names the field)."""
 
 
@@ -787,6 +789,35 @@ def load_dataset(
         f'must be in 0..{num_classes - 1}'
       )
     ds.num_classes = num_classes
+  return ds
+
+
+def load_checked(config) -> Dataset:
+  """Loads `config.dataset` and checks it against the config, before anything is written.
+
+  Args:
+    config: a validated config (`config_validation.errors` found nothing).
+
+  Returns:
+    The Dataset.
+
+  Raises:
+    DataError: the data cannot be loaded as configured, or a worker's shard holds less than one
+      of its batches (the batch size named, and the largest that fits).
+  """
+  from cocod_jax import schedules  # pylint: disable=g-import-not-at-top
+
+  d = config.dataset
+  ds = load_dataset(
+    d.name, d.path, d.num_classes, config.data_dir, d.train_examples, d.test_examples
+  )
+  sizes = schedules.batch_sizes(config)
+  for i, (m, s) in enumerate(zip(sizes, shard_sizes(len(ds.x_train), sizes))):
+    if m > s:
+      raise DataError(
+        f'batch_size={config.batch_size!r} is invalid: worker {i} would use batch {m} but its '
+        f'shard has only {s} examples; allowed: a batch size <= {s}'
+      )
   return ds
 
 

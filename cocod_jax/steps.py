@@ -1,10 +1,11 @@
 """The pure per-worker step functions and the train state (one worker, unbatched).
 
-Model state `x` (ALGORITHMS.md) is `params` plus BatchNorm `batch_stats`. The optimizer is SGD
-with momentum `mu` and weight decay `lambda` in the PyTorch form the paper used:
-`d = g + lambda * p; m <- mu * m + d; p <- p - lr_t * m`. The momentum buffer `m` is local to
-each worker by default (`algorithm.average_momentum=False`); BatchNorm statistics are averaged
-with the parameters by default (`algorithm.average_batch_stats=True`).
+Model state `x` (ALGORITHMS.md) is `params` plus BatchNorm `batch_stats`. The optimizer
+(`optimizer`, optax) is SGD with momentum `mu` and weight decay `lambda` in the PyTorch form the
+paper used: `d = g + lambda * p; m <- mu * m + d; p <- p - lr_t * m`. The train state keeps its
+momentum trace `m` as a tree shaped like the parameters (what checkpoints hold and what
+`algorithm.average_momentum=True` averages); it is local to each worker by default. BatchNorm
+statistics are averaged with the parameters by default (`algorithm.average_batch_stats=True`).
 
 `optimizer.name='adam'` is PyTorch's Adam (betas 0.9, 0.999, eps 1e-8, weight decay added to the
 gradient), only so that MNIST-1D's published recipe can be rerun as its authors ran it (the
@@ -23,11 +24,15 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from cocod_jax import input_pipeline
 from cocod_jax import schedules
 
 PyTree = Any
+OPTIMIZERS = ('sgd', 'adam')  # optimizer.name; adam only for MNIST-1D's published recipe.
+ADAM_BETAS = (0.9, 0.999)  # PyTorch's defaults, as MNIST-1D's published recipe used them.
+ADAM_EPS = 1e-8
 
 
 class TrainState(NamedTuple):
@@ -98,12 +103,56 @@ def cross_entropy(logits, y):
   return -jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1)[:, 0]
 
 
+def optimizer(config, learning_rate) -> optax.GradientTransformation:
+  """The local optimizer of every worker at `learning_rate` (a number or a traced scalar).
+
+  SGD with momentum and weight decay as the paper ran it: the decay is added to the gradient
+  before the momentum (`optax.add_decayed_weights`, then `optax.sgd`), which computes
+  `d = g + lambda * p; m <- d + mu * m; p <- p + (-lr) * m`, the same numbers as the PyTorch
+  form. The learning rate is an argument, not an optax schedule: a step's rate depends on the
+  worker's own step counter (and AsynLocal-SGD's on a step it names), not on the optimizer's
+  count. The train state's `momentum` holds the optimizer's buffers (`buffers_in`/`buffers_out`):
+  SGD's trace, a tree shaped like the parameters (what `algorithm.average_momentum` averages).
+
+  `optimizer.name='adam'` is PyTorch's Adam (betas 0.9, 0.999, eps 1e-8, the weight decay added
+  to the gradient: `optax.add_decayed_weights` then `optax.adam`, whose bias correction is
+  PyTorch's), only so that MNIST-1D's published recipe can be rerun as its authors ran it (the
+  published check); its `momentum` is then `{'mu': ..., 'nu': ...}`.
+
+  Args:
+    config: the config (`optimizer.momentum`, `optimizer.weight_decay`).
+    learning_rate: lr_t of this step.
+
+  Returns:
+    The optax transformation.
+  """
+  o = config.optimizer
+  if o.name == 'adam':
+    b1, b2 = ADAM_BETAS
+    inner = optax.adam(learning_rate, b1=b1, b2=b2, eps=ADAM_EPS)
+  else:
+    inner = optax.sgd(learning_rate, momentum=o.momentum)
+  return optax.chain(optax.add_decayed_weights(o.weight_decay), inner)
+
+
+def buffers_in(config, momentum, step) -> dict:
+  """The optax state fields that the train state's `momentum` (and step counter) fill."""
+  if config.optimizer.name == 'adam':
+    return {'mu': momentum['mu'], 'nu': momentum['nu'], 'count': step}
+  return {'trace': momentum}
+
+
+def buffers_out(config, opt_state):
+  """The train state's `momentum` after an update: the inverse of `buffers_in`."""
+  get = lambda name: optax.tree_utils.tree_get(opt_state, name)
+  if config.optimizer.name == 'adam':
+    return {'mu': get('mu'), 'nu': get('nu')}
+  return get('trace')
+
+
 def make_step_fns(model, config, sizes, steps_per_epoch, normalize, augment_on) -> StepFns:
   """Builds the step functions for `model` and the optimizer in `config`."""
   lr_fn = schedules.learning_rate_fn(config, sizes, steps_per_epoch)
-  mu = config.optimizer.momentum
-  wd = config.optimizer.weight_decay
-  adam = config.optimizer.name == 'adam'
 
   def compute_grads(state, data):
     """g_i(x_t): gradient of the mean loss over this worker's real (mask=1) examples."""
@@ -129,14 +178,15 @@ def make_step_fns(model, config, sizes, steps_per_epoch, normalize, augment_on) 
     return grads, new_bs, loss
 
   def update(state, grads, batch_stats, lr):
-    d = jax.tree.map(lambda g, p: g + wd * p, grads, state.params)
-    if adam:
-      m = adam_moments(state.momentum, d)
-      step = adam_direction(m, state.step + 1)
-    else:
-      m = jax.tree.map(lambda m_, d_: mu * m_ + d_, state.momentum, d)
-      step = m
-    params = jax.tree.map(lambda p, u: p - lr * u, state.params, step)
+    tx = optimizer(config, lr)
+    # The optimizer's state around the buffers the train state keeps (init's zeros are dead code
+    # under jit); Adam's bias correction counts the worker's own steps.
+    opt_state = optax.tree_utils.tree_set(
+      tx.init(state.params), **buffers_in(config, state.momentum, state.step)
+    )
+    updates, opt_state = tx.update(grads, opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    m = buffers_out(config, opt_state)
     return state._replace(step=state.step + 1, params=params, batch_stats=batch_stats, momentum=m)
 
   def apply_update(state, grads, batch_stats):
@@ -162,29 +212,6 @@ def make_step_fns(model, config, sizes, steps_per_epoch, normalize, augment_on) 
     return jnp.sum(cross_entropy(logits, y) * mask), jnp.sum(correct * mask)
 
   return StepFns(compute_grads, apply_update, local_step, skip_step, eval_step, masked_step)
-
-
-ADAM_BETAS = (0.9, 0.999)  # PyTorch's defaults, as MNIST-1D's published recipe used them.
-ADAM_EPS = 1e-8
-
-
-def adam_moments(moments, d):
-  """Adam's first and second moments after gradient `d`: mu <- b1 mu + (1 - b1) d, likewise nu
-  with d^2."""
-  b1, b2 = ADAM_BETAS
-  return {
-    'mu': jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, moments['mu'], d),
-    'nu': jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, moments['nu'], d),
-  }
-
-
-def adam_direction(new, count):
-  """Adam's update direction from the moments `new` of its `count`-th step (1-based):
-  mu_hat / (sqrt(nu_hat) + eps), the moments bias-corrected by 1 - b^count, as PyTorch does."""
-  b1, b2 = ADAM_BETAS
-  c1 = 1 - b1 ** count.astype(jnp.float32)
-  c2 = 1 - b2 ** count.astype(jnp.float32)
-  return jax.tree.map(lambda m, v: (m / c1) / (jnp.sqrt(v / c2) + ADAM_EPS), new['mu'], new['nu'])
 
 
 def synced_part(state, config):

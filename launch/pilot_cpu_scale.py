@@ -15,27 +15,22 @@ correctly). `--summary` prints the tables of docs/paper-cpu/pilot.md from what i
 
 import json
 import os
-import sys
 import time
 
 from absl import app
 from absl import flags
 from absl import logging
+import flax
+import jax
+import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-import flax  # noqa: E402
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-
-from cocod_jax import config_validation  # noqa: E402
-from cocod_jax import input_pipeline  # noqa: E402
-from cocod_jax import models  # noqa: E402
-from cocod_jax import steps  # noqa: E402
-from cocod_jax import train  # noqa: E402
-from cocod_jax.experiments import stats  # noqa: E402
-from configs import common  # noqa: E402
+from cocod_jax import config_validation
+from cocod_jax import input_pipeline
+from cocod_jax import models
+from cocod_jax import steps
+from cocod_jax import train
+from cocod_jax.experiments import stats
+from configs import common
 
 CELLS = {
   'large_cnn': ('mnist1d_large', 'cnn1d'),
@@ -198,7 +193,7 @@ def main(argv):
       input_pipeline.MNIST1D_VARIANTS[name] = (tr, te, json.loads(FLAGS.generator))
   for cell in FLAGS.cells:
     config0 = make_config(cell, FLAGS.algos[0], 0)
-    dataset = config_validation.load_checked_dataset(config0)
+    dataset = input_pipeline.load_checked(config0)
     for seed in [int(s) for s in FLAGS.seeds]:
       for algo in FLAGS.algos:
         name = slug(cell, algo, seed)

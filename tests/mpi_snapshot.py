@@ -5,17 +5,13 @@ that overwrites it three times (as the training steps after a snapshot do); the 
 still be that of the original values, with every staging. Run by tests/mpi_test.py.
 """
 
-import os
-import sys
 import threading
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-
-from cocod_jax.cluster import mpi  # noqa: E402
+from cocod_jax.cluster import mpi
 
 WEIGHTS = (0.25, 0.75)
 

@@ -15,7 +15,6 @@ import os
 import platform
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 
@@ -25,34 +24,15 @@ from absl import logging
 
 from cocod_jax import config_validation
 from cocod_jax import files
+from cocod_jax import flags as cocod_flags
+from cocod_jax import provenance
 from cocod_jax import train
 from configs import mnist1d_check
 
 PUBLISHED = {'cnn1d': 94.0, 'mlp1d': 68.0}  # Greydanus 2020, MNIST-1D's README and paper.
 TOLERANCE = 3.0  # Points.
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 FLAGS = flags.FLAGS
-
-
-def define_flags():
-  """The flags, defined only when this module runs as the program: the other entry points of
-  experiments/ define `workdir` too, and absl refuses a name defined twice in one process."""
-  flags.DEFINE_string('workdir', 'runs/mnist1d_check', 'Where the runs go.')
-  flags.DEFINE_string('out', 'docs/paper-cpu', 'Where mnist1d_check.json and .md go.')
-  flags.DEFINE_integer('seeds', 5, 'Seeds per model.')
-  flags.DEFINE_list('models', list(PUBLISHED), 'Models to check.')
-
-
-def git_state() -> dict:
-  """The commit of the checkout and whether its tracked or untracked files differ from it."""
-
-  def git(*args):
-    p = subprocess.run(['git', *args], cwd=ROOT, capture_output=True, text=True)
-    return p.stdout.strip() if p.returncode == 0 else None
-
-  status = git('status', '--porcelain')
-  return {'commit': git('rev-parse', 'HEAD') or 'unknown', 'dirty': bool(status)}
 
 
 def machine() -> dict:
@@ -116,7 +96,11 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   start = time.perf_counter()
-  meta = dict(git_state(), command=shlex.join(['python', '-m', __spec__.name] + sys.argv[1:]))
+  meta = dict(
+    commit=provenance.commit(),
+    dirty=provenance.dirty(),
+    command=shlex.join(['python', '-m', __spec__.name] + sys.argv[1:]),
+  )
   results = {}
   for model in FLAGS.models:
     if model not in PUBLISHED:
@@ -143,5 +127,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  define_flags()
+  cocod_flags.define_mnist1d_check_flags(PUBLISHED)
   app.run(main)
