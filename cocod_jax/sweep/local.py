@@ -137,8 +137,10 @@ def launch(point, cmd, launcher, head, job, label, timeout_s, ignored_signals=()
   return Run(point, label, proc, log, offset, start, start + timeout_s)
 
 
-def finish(run: Run, head: str) -> state_lib.State:
-  """Writes status.json of an ended run, releases its lock; returns the point's new state."""
+def finish(run: Run, head: str, keeping_job=None) -> state_lib.State:
+  """Writes status.json of an ended run and releases its lock, unless `keeping_job` (a
+  state.Job that requeues itself) keeps it; returns the point's new state (as that job sees
+  it)."""
   run.log.close()
   rc = run.proc.returncode
   status = dict(
@@ -152,8 +154,9 @@ def finish(run: Run, head: str) -> state_lib.State:
   if status['rc'] != 0:
     status['log_tail'] = _log_tail(os.path.join(run.point.dir, 'log.txt'), run.offset)
   files.write_json_atomic(os.path.join(run.point.dir, 'status.json'), status)
-  state_lib.release_lock(run.point.dir)
-  return state_lib.state(run.point, head)
+  if keeping_job is None:
+    state_lib.release_lock(run.point.dir)
+  return state_lib.state(run.point, head, keeping_job)
 
 
 def progress(run: Run, s: state_lib.State) -> str:

@@ -337,6 +337,7 @@ class PointTask(submitit.helpers.Checkpointable):
   _term_sent: bool = dataclasses.field(default=False, init=False, repr=False)
   _head: str = dataclasses.field(default='', init=False, repr=False)
   _killed: bool = dataclasses.field(default=False, init=False, repr=False)
+  _job: state_lib.Job | None = dataclasses.field(default=None, init=False, repr=False)
 
   def __call__(self) -> dict:
     env = submitit.JobEnvironment()
@@ -349,7 +350,8 @@ class PointTask(submitit.helpers.Checkpointable):
   def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission:
     """submitit's hook on the preemption signal (global rank 0): waits for the run, which got
     SIGTERM, to checkpoint and exit (SIGKILL after local.KILL_GRACE_S), records how it ended,
-    and returns the next attempt."""
+    hands the point's lock back to the job (the point reads RUNNING while the job waits to run
+    again) and returns the next attempt."""
     del args, kwargs
     run = self._run
     if run is not None and run.proc.poll() is None:
@@ -360,7 +362,9 @@ class PointTask(submitit.helpers.Checkpointable):
         run.proc.wait()
         self._killed = True
     if run is not None:
-      self._end(run)
+      self._end(run, requeued=True)
+    if self._job is not None:  # A lock of the job alone, as at submission (ours: overwritten).
+      state_lib.take_lock(self.point.dir, self._job, pid=None)
     return submitit.helpers.DelayedSubmission(dataclasses.replace(self, attempt=self.attempt + 1))
 
   @contextlib.contextmanager
@@ -410,7 +414,7 @@ class PointTask(submitit.helpers.Checkpointable):
 
   def _lead(self, env, job) -> dict:
     """Global rank 0: decides, takes the lock, runs and records the point."""
-    p, self._head = self.point, provenance.commit()
+    p, self._head, self._job = self.point, provenance.commit(), job
     name = os.path.basename(p.dir)
     s = state_lib.state(p, self._head, own_job=job)
     if not state_lib.to_run([p], {p.dir: s}, self.retry_failed, False):
@@ -430,22 +434,24 @@ class PointTask(submitit.helpers.Checkpointable):
     while run.proc.poll() is None:
       local.check_deadline(run)
       time.sleep(POLL_S)
-    s = self._end(run)
-    status = state_lib.read_json(os.path.join(p.dir, 'status.json')) or {}
-    if status.get('rc') == state_lib.EXIT_PREEMPTED:
-      signal.raise_signal(usr)  # A run preempted of its own: submitit checkpoints and requeues.
-    return dict(point=name, state=s.name, ran=True, rc=status.get('rc'))
+    preempted = run.proc.returncode == state_lib.EXIT_PREEMPTED and not run.timed_out
+    s = self._end(run, requeued=preempted)
+    if preempted:  # Of its own (Slurm's SIGTERM reached it): submitit checkpoints, requeues.
+      signal.raise_signal(usr)
+    return dict(point=name, state=s.name, ran=True, rc=run.proc.returncode)
 
-  def _end(self, run) -> state_lib.State:
-    """Records how the run ended (once) and releases the lock; returns the point's state."""
+  def _end(self, run, requeued: bool = False) -> state_lib.State:
+    """Records how the run ended (once) and releases the lock, unless the job is `requeued`
+    (checkpoint() hands it to the job); returns the point's state."""
     if run.log.closed:
-      return state_lib.state(self.point, self._head)
+      return state_lib.state(self.point, self._head, self._job)
     if self._killed:  # No checkpoint in time, killed: INCOMPLETE, resumed from an older one.
       run.log.close()
-      state_lib.release_lock(self.point.dir)
-      s = state_lib.state(self.point, self._head)
+      if not requeued:
+        state_lib.release_lock(self.point.dir)
+      s = state_lib.state(self.point, self._head, self._job)
     else:
-      s = local.finish(run, self._head)
+      s = local.finish(run, self._head, self._job if requeued else None)
     print(local.progress(run, s), flush=True)
     return s
 
