@@ -29,6 +29,7 @@ from cocod_jax.sweep import report
 from cocod_jax.sweep import runner
 from cocod_jax.sweep import slurm
 from cocod_jax.sweep import state as state_lib
+from cocod_jax.sweep import task as task_lib
 
 ROOT = provenance.ROOT
 DATA = os.path.join(ROOT, 'tests', 'data', 'sweep')
@@ -460,7 +461,7 @@ def test_slurm_submission_through_submitit(tmp_path, monkeypatch, capsys):
   folder = str(workdir / 'sweeps' / 'tiny' / 'submitit' / '%j')
   task = submitit.SlurmJob(folder, '4242_1').submission().function  # What each task calls.
   point = points_lib.expand(TINY, str(workdir))[1]
-  assert isinstance(task, slurm.PointTask) and task.point == point
+  assert isinstance(task, task_lib.PointTask) and task.point == point
   assert (task.command, task.ranks, task.attempt) == (points_lib.command(point, 'slurm'), 1, 1)
   again = runner.run_sweep(TINY, str(workdir), launcher='slurm')  # Queued: nothing more.
   assert 'nothing to submit' in capsys.readouterr().out and again == records
@@ -485,9 +486,9 @@ def test_job_tasks_rendezvous_and_a_run_preempted_of_its_own(tmp_path):
   once += 'sys.exit(0 if e else 75)'  # 75 the first time, then 0.
   ex = submitit.AutoExecutor(folder=str(tmp_path / 'submitit' / '%j'), cluster='local')
   ex.update_parameters(tasks_per_node=2, timeout_min=60, stderr_to_stdout=True)
-  ranked = [ex.submit(slurm.PointTask(p, echo, 2)) for p in (a, b)]
+  ranked = [ex.submit(task_lib.PointTask(p, echo, 2)) for p in (a, b)]
   ex.update_parameters(tasks_per_node=1)
-  preempted = ex.submit(slurm.PointTask(c, [sys.executable, '-c', once], 1))
+  preempted = ex.submit(task_lib.PointTask(c, [sys.executable, '-c', once], 1))
   assert ranked[0].results() == [
     dict(point=os.path.basename(a.dir), state='INCOMPLETE', ran=True, rc=0),
     dict(rank=1, ran=True, rc=0),

@@ -59,6 +59,7 @@ def _check_root(link_rate: str, points, running_here: bool) -> None:
 
 def _print_dry_run(points, launcher, launch) -> None:
   """Each point's state and command, and what the launcher would submit; writes nothing."""
+  extra = launchers.LAUNCHERS[launcher].describe(launch)  # Refuses bad options before printing.
   name = points_lib.sweep_name(launch.config)
   print(f'sweep {name}: {len(points)} points, {len(launch.todo)} to run (dry run: nothing written)')
   runs = {p.dir for p in launch.todo}
@@ -68,7 +69,7 @@ def _print_dry_run(points, launcher, launch) -> None:
     mark = 'run ' if p.dir in runs else '    '
     command = shlex.join(points_lib.command(p, launcher))
     print(f'{mark}{os.path.basename(p.dir)}  {s.name}{flag}  {command}')
-  print(launchers.LAUNCHERS[launcher].describe(launch), end='')
+  print(extra, end='')
 
 
 def _parallel(parallel: int, points) -> int:
@@ -117,10 +118,8 @@ def run_sweep(
     link_rate: MPI points on the simulated link at this rate (launch/simnet.sh; root).
     overrides: dotted field -> value set on every point (after the point's own); command-line
       text (the CLI's --set) when `overrides_as_text`.
-    slurm_args: sbatch options of the jobs (`--NAME=VALUE`: --partition=gpu, --time=4:00:00,
-      --gpus-per-task=1; --ntasks-per-node=M spreads an MPI point's ranks over nodes).
-    slurm_cluster: submitit's executor for launcher 'slurm': 'slurm', or 'local' (the same jobs
-      as processes here: tests, trying a sweep's Slurm path without a cluster).
+    slurm_args: sbatch options of the jobs, e.g. '--partition=gpu' (slurm.parse_slurm_args).
+    slurm_cluster: submitit's executor: 'slurm', or 'local' (the same jobs as processes here).
 
   Returns:
     The records after the runs (or as found, for dry runs, reports and submissions).
@@ -131,15 +130,12 @@ def run_sweep(
   """
   _check_options(launcher, parallel, timeout_s, link_rate, slurm_cluster)
   points = points_lib.expand(config, workdir, overrides, link_rate, overrides_as_text)
-  running_here = not (dry_run or report_only or launcher == 'slurm')
-  _check_root(link_rate, points, running_here)
+  _check_root(link_rate, points, not (dry_run or report_only or launcher == 'slurm'))
   head, parallel = provenance.commit(), _parallel(parallel, points)
   states = state_lib.states(points, head)
   todo = state_lib.to_run(points, states, retry_failed, rerun_stale)
-  launch = launchers.Launch(
-    config, workdir, todo, states, head, parallel, timeout_s, retry_failed, rerun_stale,
-    fail_fast, tuple(slurm_args), slurm_cluster,
-  )  # fmt: skip
+  how = (parallel, timeout_s, retry_failed, rerun_stale, fail_fast, tuple(slurm_args))
+  launch = launchers.Launch(config, workdir, todo, states, head, *how, slurm_cluster)
   if dry_run:
     _print_dry_run(points, launcher, launch)
     return state_lib.collect(points, head)

@@ -121,13 +121,17 @@ def _lock_job(lock: dict) -> Job | None:
 
 
 def watch_jobs(directories) -> None:
-  """Registers the Slurm jobs named by the locks in `directories` with submitit's watcher, so
-  that the states read next cost one sacct call for all of them, not one each."""
+  """Registers the Slurm jobs named by the locks in `directories` with submitit's watcher and
+  refreshes their states with one sacct call for all of them (not one each, and not the
+  watcher's cache, which may be minutes old in a long-lived process)."""
+  jobs = []
   for d in directories:
     lock = read_json(os.path.join(d, 'lock'))
     job = _lock_job(lock) if isinstance(lock, dict) else None
     if job and job.cluster == 'slurm' and shutil.which('sacct'):
-      _slurm_job(job.id, job.folder)
+      jobs.append(_slurm_job(job.id, job.folder))
+  if jobs:
+    jobs[0].watcher.update()
 
 
 def lock_holder(directory: str, own_job: Job | None = None) -> str | None:
@@ -171,6 +175,7 @@ def take_lock(directory: str, job: Job | None = None, pid: int | None = -1) -> b
     Whether the lock is now ours.
   """
   path = os.path.join(directory, 'lock')
+  os.makedirs(directory, exist_ok=True)
   with filelock.FileLock(path + '.guard', timeout=60):
     if lock_holder(directory, job):
       return False
