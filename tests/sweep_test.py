@@ -476,22 +476,24 @@ def test_slurm_submission_through_submitit(tmp_path, monkeypatch, capsys):
 
 def test_job_tasks_rendezvous_and_a_run_preempted_of_its_own(tmp_path):
   """Tasks of jobs run by submitit's local executor with stand-in commands (no training): an MPI
-  point's second rank runs its command when rank 0 runs the point, and nothing when the point is
-  DONE; a run that exits 75 of its own is requeued through submitit (its next attempt exits 0)."""
+  point's second rank runs its command when rank 0 runs the point (and is stopped when it goes on
+  past rank 0's end), and nothing when the point is DONE; a run that exits 75 of its own is
+  requeued through submitit (its next attempt exits 0)."""
   a, b, c = points_lib.expand(TINY, str(tmp_path / 'w'))
   _write(f'{b.dir}/results.json', _results(b.config))
   marker = tmp_path / 'preempted'
-  echo = [sys.executable, '-c', 'import os; print("rank", os.environ["SUBMITIT_LOCAL_GLOBALID"])']
+  rank = 'import os, time; r = os.environ["SUBMITIT_LOCAL_GLOBALID"]; print("rank", r, flush=True)'
+  echo = [sys.executable, '-c', rank + '; time.sleep(0 if r == "0" else 300)']
   once = f'import os, sys; m = {str(marker)!r}; e = os.path.exists(m); open(m, "w"); '
   once += 'sys.exit(0 if e else 75)'  # 75 the first time, then 0.
   ex = submitit.AutoExecutor(folder=str(tmp_path / 'submitit' / '%j'), cluster='local')
   ex.update_parameters(tasks_per_node=2, timeout_min=60, stderr_to_stdout=True)
-  ranked = [ex.submit(task_lib.PointTask(p, echo, 2)) for p in (a, b)]
+  ranked = [ex.submit(task_lib.PointTask(p, echo, 2, ended_grace_s=0.5)) for p in (a, b)]
   ex.update_parameters(tasks_per_node=1)
   preempted = ex.submit(task_lib.PointTask(c, [sys.executable, '-c', once], 1))
   assert ranked[0].results() == [
     dict(point=os.path.basename(a.dir), state='INCOMPLETE', ran=True, rc=0),
-    dict(rank=1, ran=True, rc=0),
+    dict(rank=1, ran=True, rc=-signal.SIGTERM),  # Stopped 0.5 s after rank 0's run ended.
   ]
   assert 'rank 0' in open(f'{a.dir}/log.txt').read()
   assert open(f'{a.dir}/log.rank1.txt').read() == 'rank 1\n'

@@ -49,6 +49,9 @@ from cocod_jax.sweep import points as points_lib
 from cocod_jax.sweep import state as state_lib
 
 GO_WAIT_S = 600.0  # How long the other ranks wait for rank 0 to decide whether the point runs.
+# After rank 0's run ended, how long another rank's run may go on (a healthy MPI job ends on all
+# ranks together; one whose rank 0 died before joining MPI would otherwise wait for --timeout_s).
+ENDED_GRACE_S = 60.0
 POLL_S = 0.2
 
 
@@ -73,6 +76,7 @@ class PointTask(submitit.helpers.Checkpointable):
     retry_failed: run the point when it is FAILED.
     timeout_s: the run's time limit (SIGTERM, then SIGKILL: FAILED, 124).
     attempt: 1, then one more per requeue (tells the ranks' rendezvous of attempts apart).
+    ended_grace_s: how long another rank's run may go on after rank 0's ended.
   """
 
   point: points_lib.Point
@@ -81,8 +85,9 @@ class PointTask(submitit.helpers.Checkpointable):
   retry_failed: bool = False
   timeout_s: float = cocod_flags.DEFAULT_TIMEOUT_S
   attempt: int = 1
+  ended_grace_s: float = ENDED_GRACE_S
   # This attempt's run (rank 0), process and whether it got SIGTERM: never resubmitted.
-  _run: 'local.Run | None' = dataclasses.field(default=None, init=False, repr=False)
+  _run: local.Run | None = dataclasses.field(default=None, init=False, repr=False)
   _proc: subprocess.Popen | None = dataclasses.field(default=None, init=False, repr=False)
   _term_sent: bool = dataclasses.field(default=False, init=False, repr=False)
   _head: str = dataclasses.field(default='', init=False, repr=False)
@@ -157,10 +162,10 @@ class PointTask(submitit.helpers.Checkpointable):
     path = os.path.join(str(env.paths.folder), 'ranks.json')
     return path, f'{env.job_id}/{restart}/{self.attempt}'
 
-  def _tell_ranks(self, env, go: bool) -> None:
+  def _tell_ranks(self, env, go: bool, ended: bool = False) -> None:
     if self.ranks > 1:
       path, token = self._rendezvous(env)
-      files.write_json_atomic(path, dict(token=token, go=go))
+      files.write_json_atomic(path, dict(token=token, go=go, ended=ended))
 
   def _lead(self, env, job) -> dict:
     """Global rank 0: decides, takes the lock, runs and records the point."""
@@ -184,6 +189,7 @@ class PointTask(submitit.helpers.Checkpointable):
     while run.proc.poll() is None:
       local.check_deadline(run)
       time.sleep(POLL_S)
+    self._tell_ranks(env, True, ended=True)
     preempted = run.proc.returncode == state_lib.EXIT_PREEMPTED and not run.timed_out
     s = self._end(run, requeued=preempted)
     if preempted:  # Of its own (Slurm's SIGTERM reached it): submitit checkpoints, requeues.
@@ -205,28 +211,30 @@ class PointTask(submitit.helpers.Checkpointable):
     print(local.progress(run, s), flush=True)
     return s
 
-  def _follow(self, env) -> dict:
-    """Another rank: waits for rank 0's decision, then runs its own process of the point."""
-    rank = env.global_rank
+  def _word_of_rank_zero(self, env) -> dict | None:
+    """This attempt's ranks.json record, or None when rank 0 has not written it yet."""
     path, token = self._rendezvous(env)
-    deadline = time.monotonic() + GO_WAIT_S
-    record = None
-    while time.monotonic() < deadline:
-      record = state_lib.read_json(path)
-      if isinstance(record, dict) and record.get('token') == token:
-        break
+    record = state_lib.read_json(path)
+    return record if isinstance(record, dict) and record.get('token') == token else None
+
+  def _follow(self, env) -> dict:
+    """Another rank: waits for rank 0's decision, then runs its own process of the point (given
+    ended_grace_s more once rank 0's run has ended)."""
+    rank, deadline = env.global_rank, time.monotonic() + GO_WAIT_S
+    while (record := self._word_of_rank_zero(env)) is None and time.monotonic() < deadline:
       time.sleep(POLL_S)
-    else:
-      print(f'rank {rank}: no word from rank 0 in {GO_WAIT_S:g} s ({path})', flush=True)
+    if record is None:
+      print(f'rank {rank}: no word from rank 0 in {GO_WAIT_S:g} s', flush=True)
       return dict(rank=rank, ran=False)
     if not record['go']:
       return dict(rank=rank, ran=False)
-    log_path = os.path.join(self.point.dir, f'log.rank{rank}.txt')
-    with open(log_path, 'ab') as log:
+    with open(os.path.join(self.point.dir, f'log.rank{rank}.txt'), 'ab') as log:
       self._proc = local.spawn(self.command, log, (_preemption_signal(),))
       start = time.monotonic()
       run = local.Run(self.point, f'rank {rank}', self._proc, log, 0, start, start + self.timeout_s)
       while self._proc.poll() is None:
+        if (self._word_of_rank_zero(env) or {}).get('ended'):
+          run.deadline = min(run.deadline, time.monotonic() + self.ended_grace_s)
         local.check_deadline(run)
         time.sleep(POLL_S)
     return dict(rank=rank, ran=True, rc=self._proc.returncode)
