@@ -55,8 +55,12 @@ def define_sweep_flags() -> None:
   flags.DEFINE_bool('fail_fast', False, 'Start no further point after one fails.')
   flags.DEFINE_float('timeout_s', DEFAULT_TIMEOUT_S, 'Seconds a point may run.')
   flags.DEFINE_multi_string('set', [], 'FIELD=VALUE set on every point, e.g. data_dir=/data.')
-  flags.DEFINE_multi_string('slurm_arg', [], 'Extra #SBATCH option, e.g. --partition=gpu.')
-  flags.DEFINE_integer('run_index', None, 'Run only this entry of pending.json (Slurm task).')
+  flags.DEFINE_multi_string(
+    'slurm_arg',
+    [],
+    'sbatch option of the submitted jobs, e.g. --partition=gpu, --time=4:00:00 (default a day), '
+    "--gpus-per-task=1, --ntasks-per-node=4 (an MPI point's ranks over nodes).",
+  )
   flags.mark_flags_as_required(['config', 'workdir'])
 
 
