@@ -116,7 +116,8 @@ def place(cluster, config, plan: Plan, dataset):
   )
   key = jax.random.PRNGKey(config.seed)
   shape = dataset.x_train.shape[1:]
-  state = cluster.init_state(lambda i: steps_lib.create_train_state(plan.model, key, shape, i))
+  opt = config.optimizer.name
+  state = cluster.init_state(lambda i: steps_lib.create_train_state(plan.model, key, shape, i, opt))
   return data, state
 
 

@@ -75,8 +75,8 @@ def _inject(fault, step):
       os.kill(os.getpid(), signal.SIGKILL)
     return start(self, *args, **kwargs)
 
-  def bad_create(model, key, input_shape, worker):
-    state = create(model, key, input_shape, worker)
+  def bad_create(*args, **kwargs):
+    state = create(*args, **kwargs)
     if fault == 'shape':
       kernel = state.params['Dense_0']['kernel']
       state.params['Dense_0']['kernel'] = kernel[:, :1].repeat(kernel.shape[1] + 1, axis=1)

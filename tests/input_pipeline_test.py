@@ -1,6 +1,7 @@
 """Datasets: the embedded digits, npz used as given (and every bad file refused in one line),
 shards, and CIFAR through mocked TFDS."""
 
+import os
 import re
 
 import numpy as np
@@ -244,3 +245,104 @@ def test_npz_labels_out_of_range(tmp_path):
   y[4] = 7
   message = _refused(_save(tmp_path, y_test=y), 'y_test holds 1 label', num_classes=3)
   assert 'dataset.num_classes=3 (largest 7)' in message and '0..2' in message
+
+
+# MNIST-1D: the authors' generator, cached on disk, keyed by its arguments.
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+  monkeypatch.setenv(input_pipeline.CACHE_ENV, str(tmp_path / 'cache'))
+  return tmp_path / 'cache'
+
+
+def test_mnist1d_default_split_is_the_packages(cache):
+  # The published split: exactly what the authors' generator makes with its own defaults.
+  from mnist1d import data as mnist1d_data
+
+  state = np.random.get_state()
+  ours = input_pipeline.load_dataset('mnist1d')
+  assert all(np.array_equal(a, b) for a, b in zip(np.random.get_state(), state))  # Untouched.
+  theirs = mnist1d_data.make_dataset(mnist1d_data.get_dataset_args())
+  assert ours.x_train.shape == (4000, 40, 1) and ours.x_test.shape == (1000, 40, 1)
+  np.testing.assert_allclose(ours.x_train[..., 0], theirs['x'], rtol=1e-6, atol=1e-6)
+  np.testing.assert_array_equal(ours.y_test, theirs['y_test'])
+  assert ours.num_classes == 10 and ours.x_train.dtype == np.float32
+  assert ours.y_train.dtype == np.int32 and not ours.augment_ok
+
+
+def test_mnist1d_cached_once_then_read(cache, monkeypatch):
+  a = input_pipeline.load_dataset('mnist1d_hard', train_examples=120, test_examples=40)
+  path = input_pipeline.mnist1d_cache_path('mnist1d_hard', 120, 40)
+  assert os.path.dirname(path) == str(cache / 'mnist1d') and os.path.exists(path)
+  assert sorted(os.listdir(cache / 'mnist1d')) == [os.path.basename(path)]  # No temporaries.
+
+  def never(*args):
+    raise AssertionError('generated again instead of read from the cache')
+
+  monkeypatch.setattr(input_pipeline, 'generate_mnist1d', never)
+  b = input_pipeline.load_dataset('mnist1d_hard', train_examples=120, test_examples=40)
+  np.testing.assert_array_equal(a.x_train, b.x_train)
+  np.testing.assert_array_equal(a.y_test, b.y_test)
+  assert a.x_train.shape == (120, 40, 1) and a.x_test.shape == (40, 40, 1)
+
+
+def test_mnist1d_changed_argument_never_reads_a_stale_cache(cache, monkeypatch):
+  hard = input_pipeline.load_dataset('mnist1d_hard', train_examples=60, test_examples=40)
+  large = input_pipeline.load_dataset('mnist1d_large', train_examples=60, test_examples=40)
+  assert not np.array_equal(hard.x_train, large.x_train)  # Other noise: another file.
+  # A generator argument changed in place (same variant name and sizes): another key.
+  variants = dict(input_pipeline.MNIST1D_VARIANTS)
+  train, test, args = variants['mnist1d_hard']
+  old_path = input_pipeline.mnist1d_cache_path('mnist1d_hard', 60, 40)
+  variants['mnist1d_hard'] = (train, test, {**args, 'iid_noise_scale': 0.2})
+  monkeypatch.setattr(input_pipeline, 'MNIST1D_VARIANTS', variants)
+  assert input_pipeline.mnist1d_cache_path('mnist1d_hard', 60, 40) != old_path
+  noisier = input_pipeline.load_dataset('mnist1d_hard', train_examples=60, test_examples=40)
+  assert not np.array_equal(noisier.x_train, hard.x_train)
+  # A file whose stored arguments differ from the ones asked for (copied in under the
+  # expected name) is generated again, not read.
+  new_path = input_pipeline.mnist1d_cache_path('mnist1d_hard', 60, 40)
+  os.replace(old_path, new_path)
+  again = input_pipeline.load_dataset('mnist1d_hard', train_examples=60, test_examples=40)
+  np.testing.assert_array_equal(again.x_train, noisier.x_train)
+
+
+def test_mnist1d_damaged_cache_is_generated_again(cache):
+  a = input_pipeline.load_dataset('mnist1d', train_examples=50, test_examples=20)
+  path = input_pipeline.mnist1d_cache_path('mnist1d', 50, 20)
+  with open(path, 'r+b') as f:
+    f.truncate(100)  # Cut short, as by a kill during a copy.
+  b = input_pipeline.load_dataset('mnist1d', train_examples=50, test_examples=20)
+  np.testing.assert_array_equal(a.x_test, b.x_test)
+
+
+def test_mnist1d_split_sizes_checked(cache):
+  from cocod_jax import config_validation
+
+  c = test_config.get_config()
+  c.dataset.name = 'mnist1d_large'
+  c.dataset.train_examples, c.dataset.test_examples = 95, 20
+  (line,) = config_validation.errors(c)
+  assert 'dataset.train_examples + dataset.test_examples = 95 + 20 = 115' in line
+  assert 'multiple of 10' in line
+  c.dataset.name, c.dataset.train_examples = 'digits', 100
+  (line,) = config_validation.errors(c)
+  assert 'dataset.train_examples=100' in line and "dataset.name='digits'" in line
+  assert "'mnist1d_large'" in line
+  c.dataset.train_examples = -1
+  assert any('dataset.train_examples=-1' in p for p in config_validation.errors(c))
+  with pytest.raises(input_pipeline.DataError, match='multiple of 10'):
+    input_pipeline.load_dataset('mnist1d', train_examples=7, test_examples=0)
+
+
+def test_mnist1d_one_epoch_of_the_cnn_stand_in(cache, tmp_path):
+  c = test_config.get_config()
+  c.dataset.name = 'mnist1d_large'
+  c.dataset.train_examples, c.dataset.test_examples = 160, 40
+  c.model.name = 'cnn1d'
+  c.batch_size = 16
+  c.algorithm.name = 'cocod_sgd'
+  res = train.train_and_evaluate(c, str(tmp_path / 'run'))
+  assert res['train_examples'] == 160 and res['test_examples'] == 40
+  assert np.isfinite(res['final']['test_loss'])
