@@ -1,5 +1,5 @@
 """Flax models: CIFAR ResNet18 and VGG16, small CNNs and MLPs for CPU runs (2-D for the 8x8 digits,
-1-D for MNIST-1D), and a zero-init linear model.
+1-D for MNIST-1D), and zero-init linear models (one on BatchNorm-standardised inputs).
 
 Every model takes `(x, train, mask)`; `mask` (one 0/1 weight per example, or None) keeps padded
 examples out of BatchNorm statistics, so workers with unequal batch sizes can share one shape.
@@ -179,6 +179,24 @@ class Linear(nn.Module):
     )(x)
 
 
+class LinearBN(nn.Module):
+  """The linear model on its inputs standardised by BatchNorm without scale or bias: nothing to
+  learn before the dense layer, yet BatchNorm running statistics to average or keep (the smallest
+  model for the float64 reference of their averaging, tests/reference.py)."""
+
+  num_classes: int
+
+  @nn.compact
+  def __call__(self, x, train=False, mask=None):
+    x = x.reshape((x.shape[0], -1))
+    norm = nn.BatchNorm(
+      use_running_average=not train, momentum=0.9, use_scale=False, use_bias=False
+    )
+    x = norm(x, mask=_bn_mask(mask, x))
+    zeros = nn.initializers.zeros
+    return nn.Dense(self.num_classes, kernel_init=zeros, bias_init=zeros)(x)
+
+
 MODELS = {
   'resnet18': ResNet18,
   'vgg16': VGG16,
@@ -187,6 +205,7 @@ MODELS = {
   'cnn1d': CNN1D,
   'mlp1d': MLP1D,
   'linear': Linear,
+  'linear_bn': LinearBN,
 }
 
 

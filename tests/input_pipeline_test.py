@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from cocod_jax import input_pipeline
+from cocod_jax import models
 from cocod_jax import steps
 from cocod_jax import train
 from configs import test as test_config
@@ -38,13 +39,26 @@ def test_shards_contiguous_in_file_order_and_proportional():
   assert not set(shuffled[0]) & set(shuffled[1])
 
 
-def test_augment_shapes_and_flip():
+def test_augment_is_a_padded_crop_and_a_horizontal_flip():
+  # Every output image must be the 32x32 window at some offset (dy, dx) in [0, 8]^2 of the
+  # image zero-padded by 4, mirrored left-right or not; over 64 images both flips and several
+  # offsets occur (distinct pixel values make each match unique).
   import jax
 
-  img = np.arange(2 * 32 * 32 * 3, dtype=np.float32).reshape(2, 32, 32, 3)
-  out = steps.augment(jax.random.PRNGKey(0), img)
+  n = 64
+  img = 1.0 + np.arange(n * 32 * 32 * 3, dtype=np.float32).reshape(n, 32, 32, 3)
+  out = np.asarray(steps.augment(jax.random.PRNGKey(0), img))
   assert out.shape == img.shape
-  assert not np.array_equal(np.asarray(out), img)
+  padded = np.pad(img, ((0, 0), (4, 4), (4, 4), (0, 0)))
+  found = []
+  for i in range(n):
+    matches = [(dy, dx, flip) for dy in range(9) for dx in range(9) for flip in (False, True)
+               if np.array_equal(out[i], (lambda w: w[:, ::-1] if flip else w)(
+                 padded[i, dy : dy + 32, dx : dx + 32]))]  # fmt: skip
+    assert len(matches) == 1, (i, matches)
+    found.append(matches[0])
+  assert {f for _, _, f in found} == {False, True}
+  assert len({(dy, dx) for dy, dx, _ in found}) > 10
 
 
 def _tfds_metadata(tfds, name, data_dir):
@@ -75,7 +89,17 @@ def test_mocked_cifar_one_epoch(tmp_path, name, classes):
   c.batch_size = 16
   res = train.train_and_evaluate(c, str(tmp_path), ds)
   assert np.isfinite(res['final']['test_loss'])
-  assert 0.0 <= res['final']['test_accuracy'] <= 1.0
+  # The accuracy evaluated anew from the saved model, here: the same count of correct examples.
+  import flax
+  import jax
+
+  with np.load(tmp_path / 'final_params.npz') as f:
+    variables = flax.traverse_util.unflatten_dict({tuple(k.split('/')): f[k] for k in f.files})
+  logits = models.get_model('cnn', classes).apply(
+    variables, steps.preprocess(jax.numpy.asarray(ds.x_test), ds.normalize), train=False
+  )
+  correct = int(np.sum(np.argmax(np.asarray(logits), -1) == ds.y_test))
+  assert res['final']['test_accuracy'] == pytest.approx(correct / len(ds.y_test), abs=1e-9)
 
 
 def test_mock_data_alone_is_not_prepared():
