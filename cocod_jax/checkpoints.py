@@ -259,6 +259,11 @@ class Checkpointer:
 class PreemptionGuard:
   """SIGTERM and SIGINT handling for the loop: `requested` turns True on the first of them.
 
+  A second signal exits at once (status 143), unless it comes within REPEAT_WINDOW_S of the
+  first: a preemption often arrives as two signals at once (Slurm's --signal to every process of
+  the step and the SIGTERM that a submitit task passes on, or a scheduler's SIGUSR2 then SIGTERM),
+  and those must not cost the checkpoint; a person pressing Ctrl-C twice is slower than that.
+
   Args:
     deadline_s: after the first signal, exit at once (status 143) if the run has not stopped
       within this many seconds.
@@ -266,10 +271,12 @@ class PreemptionGuard:
 
   # SIGUSR2 is the Ctrl-C that launch/mpirun.sh passes on (mpirun forwards it to every rank).
   SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)
+  REPEAT_WINDOW_S = 2.0
 
   def __init__(self, deadline_s: float):
     self.deadline_s = deadline_s
     self.requested = False
+    self._first = None  # time.monotonic() of the first signal.
     self._previous = {}
     self._timer = None
 
@@ -278,9 +285,12 @@ class PreemptionGuard:
     name = signal.Signals(signum).name
     name = 'Ctrl-C (SIGUSR2 from launch/mpirun.sh)' if name == 'SIGUSR2' else name
     if self.requested:
+      if time.monotonic() - self._first < self.REPEAT_WINDOW_S:
+        print(f'{name} as well: the same request (checkpoint, then exit)', flush=True)
+        return
       print(f'error: a second {name}: exiting at once', file=sys.stderr, flush=True)
       os._exit(EXIT_KILLED)
-    self.requested = True
+    self.requested, self._first = True, time.monotonic()
     print(f'{name}: finishing the current round, then a checkpoint and exit', flush=True)
 
     def give_up():

@@ -195,3 +195,24 @@ def test_crash_then_rerun_resumes_exactly(tmp_path):
   assert resumed[1] == straight[1]
   with open(tmp_path / 'run' / 'metrics.jsonl') as f:
     assert [json.loads(line)['epoch'] for line in f] == [1, 2, 3]  # No epoch twice.
+
+
+def test_two_signals_at_once_are_one_request_a_later_one_exits(monkeypatch):
+  # Slurm's --signal reaches every process of the step while a submitit task passes a SIGTERM
+  # on: both within moments must still end in a checkpoint; a second Ctrl-C seconds later ends
+  # the run at once (143).
+  guard = checkpoints.PreemptionGuard(deadline_s=600)
+  exits, clock = [], [100.0]
+  monkeypatch.setattr(checkpoints.os, '_exit', exits.append)
+  monkeypatch.setattr(checkpoints.time, 'monotonic', lambda: clock[0])
+  try:
+    guard._handle(signal.SIGUSR2, None)
+    assert guard.requested and exits == []
+    clock[0] += 0.5
+    guard._handle(signal.SIGTERM, None)
+    assert exits == []
+    clock[0] += 5.0
+    guard._handle(signal.SIGINT, None)
+    assert exits == [checkpoints.EXIT_KILLED]
+  finally:
+    guard._timer.cancel()
