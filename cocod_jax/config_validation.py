@@ -14,6 +14,7 @@ from cocod_jax import input_pipeline
 from cocod_jax import models
 from cocod_jax import schedules
 from cocod_jax.cluster import mpi
+from cocod_jax.cluster import ranks
 
 ALGORITHMS = tuple(algorithms.ALGORITHMS)
 BACKENDS = ('one_host', 'mpi')
@@ -63,6 +64,7 @@ def _run_fields(config, v: _Checks) -> None:
   v.integer('algorithm.warmup_period_epochs', a.warmup_period_epochs, 0)
   v.check(config.backend in BACKENDS, 'backend', config.backend, list(BACKENDS))
   v.integer('one_host.devices', config.one_host.devices, 0)
+  v.integer('mpi.devices', config.mpi.devices, 0)
   v.check(c.staging in STAGINGS, 'comm.staging', c.staging, list(STAGINGS))
   v.number('comm.timeout_s', c.timeout_s, 0)
   v.integer('timeline.sample_every', config.timeline.sample_every, 0)
@@ -173,13 +175,12 @@ def unknown_field(config, path: str) -> str | None:
 
 
 def check_world(config, world_size: int) -> None:
-  """Under MPI the world size is the number of workers: refuses a `num_workers` that differs."""
-  if world_size != config.num_workers:
-    raise ConfigError(
-      f'num_workers={config.num_workers!r} is invalid for this job of {world_size} MPI ranks; '
-      f'allowed: {world_size} (launch with `mpirun -np {config.num_workers}` or set '
-      f'--config.num_workers={world_size})'
-    )
+  """Under MPI every rank holds num_workers / world size workers: refuses a `num_workers` that
+  the world size does not divide."""
+  try:
+    ranks.workers_per_rank(config.num_workers, world_size)
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
 
 
 def check_data(config, dataset) -> None:

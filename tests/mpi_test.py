@@ -132,11 +132,14 @@ def test_threaded_equals_synchronous(tmp_path, staging):
 
 def test_snapshot_survives_donation():
   # tests/mpi_snapshot.py holds the thread back until the tree given to `start` has been donated
-  # and overwritten; the average is still that of the values at the call, for every staging.
+  # and overwritten; the average is still that of the values at the call, for every staging, with
+  # one worker per rank and two per rank on two devices; an Inf is named by its global worker.
   p = _mpirun(2, [], timeout=120, script=('tests/mpi_snapshot.py',))
   assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
   for staging in ('host', 'device'):
-    assert f'rank 0: {staging}: ok' in p.stdout and f'rank 1: {staging}: ok' in p.stdout
+    for width in (1, 2):
+      for rank in (0, 1):
+        assert f'rank {rank}: {staging}: {width} per rank: ok' in p.stdout, p.stdout
 
 
 def test_timeline_and_timing(tmp_path):
