@@ -135,6 +135,9 @@ class Timeline:
     self.spans = [(n, c, b + shift, e + shift, th, a) for n, c, b, e, th, a in d['spans']]
     self.sampled_steps = collections.Counter({int(k): v for k, v in d['sampled_steps'].items()})
     self._rounds = d['rounds']
+    # A run resumed inside a round leaves the rest of that round untimed (its start is gone);
+    # the next round is sampled as usual.
+    self.sampling, self._round = False, None
 
   # ------------------------------------------------------------------ outputs
 

@@ -15,7 +15,6 @@ import pytest
 from cocod_jax import results_schema
 from cocod_jax import schedules
 from cocod_jax import train
-from tests import reference
 from tests import train_test
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -74,15 +73,8 @@ def _linear_config(tmp_path, algorithm, workers):
   return train_test._config(path, algorithm, workers=workers, batch=10, epochs=5, period=2)
 
 
-@pytest.mark.parametrize('algorithm', ALGOS)
-def test_mpi_equals_one_host_linear(tmp_path, algorithm):
-  c = _linear_config(tmp_path, algorithm, workers=2)
-  train.train_and_evaluate(c, str(tmp_path / 'one'))
-  _run_mpi(c, tmp_path / 'mpi')
-  one, mpi = _params(tmp_path / 'one'), _params(tmp_path / 'mpi')
-  assert one.keys() == mpi.keys()
-  for k in one:
-    np.testing.assert_allclose(mpi[k], one[k], rtol=1e-6, atol=1e-7, err_msg=k)
+# Two ranks of one worker each against the one-host cluster and the float64 reference, for every
+# algorithm: tests/ranks_test.py (the 2 x 1 layout, in its one launch with 2 x 2 and 2 x 4).
 
 
 @pytest.mark.parametrize('algorithm', ALGOS)
@@ -237,25 +229,6 @@ def test_divergence_stops_every_rank(tmp_path):
   res = json.loads((tmp_path / 'run' / 'results.json').read_text())
   assert res['status'] == 'diverged' and res['diverged']['workers'] == [1]
   assert res['diverged']['step'] == 2
-
-
-@pytest.mark.parametrize('algorithm', ALGOS + ('asynlocal_sgd',))
-def test_mpi_heterogeneous_matches_reference(tmp_path, algorithm):
-  # 2 ranks of speeds (1, 2): the PS variants (M_i = 5, 10) and AsynLocal-SGD (k_i = 2, 4 at
-  # k = 2, basic batch 5), shards (10, 20), a learning rate that changes every step; against the
-  # float64 transcription of ALGORITHMS.md, to float32 rounding.
-  path, x, y = train_test._tiny_npz(tmp_path, n_train=30)
-  ps = algorithm != 'asynlocal_sgd'
-  c = train_test._config(path, algorithm, 2, 5, 3, 2, speeds=(1.0, 2.0), ps=ps)
-  lr = train_test._warmup(c)
-  _run_mpi(c, tmp_path / 'mpi')
-  got = _params(tmp_path / 'mpi')
-  expected = reference.run(
-    algorithm, train_test._shards(x, y, [10, 20]), 3, 6, lambda t: lr(t, 2), 0.9, 1e-4, 2,
-    schedules.batch_sizes(c), speeds=(1.0, 2.0),
-  )  # fmt: skip
-  np.testing.assert_allclose(got['params/Dense_0/kernel'], expected[0], rtol=2e-5, atol=2e-6)
-  np.testing.assert_allclose(got['params/Dense_0/bias'], expected[1], rtol=2e-5, atol=2e-6)
 
 
 def test_emulated_speeds_change_time_not_numbers(tmp_path):
