@@ -65,6 +65,13 @@ def _run_fields(config, v: _Checks) -> None:
   v.check(config.backend in BACKENDS, 'backend', config.backend, list(BACKENDS))
   v.integer('one_host.devices', config.one_host.devices, 0)
   v.integer('mpi.devices', config.mpi.devices, 0)
+  width = config.mpi.workers_per_rank
+  v.integer('mpi.workers_per_rank', width, 0)
+  if _is_int(width) and width > 0 and _is_int(config.num_workers) and config.num_workers % width:
+    v.out.append(
+      f'mpi.workers_per_rank={width} is invalid for num_workers={config.num_workers}; allowed: '
+      f'0 (num_workers / the MPI ranks) or a divisor of {config.num_workers}'
+    )
   v.check(c.staging in STAGINGS, 'comm.staging', c.staging, list(STAGINGS))
   v.number('comm.timeout_s', c.timeout_s, 0)
   v.integer('timeline.sample_every', config.timeline.sample_every, 0)
@@ -176,9 +183,9 @@ def unknown_field(config, path: str) -> str | None:
 
 def check_world(config, world_size: int) -> None:
   """Under MPI every rank holds num_workers / world size workers: refuses a `num_workers` that
-  the world size does not divide."""
+  the world size does not divide, or a world size other than `mpi.workers_per_rank` asks for."""
   try:
-    ranks.workers_per_rank(config.num_workers, world_size)
+    ranks.workers_per_rank(config.num_workers, world_size, config.mpi.workers_per_rank)
   except ValueError as e:
     raise ConfigError(str(e)) from None
 

@@ -29,7 +29,8 @@ nothing that is done. States, read from disk (`state`):
 
 and the flag STALE: point.json's commit is not HEAD (kept; --rerun_stale moves such directories
 aside and runs the points again). Points run as subprocesses of the entry point (`launch/
-mpirun.sh -np N` in front for the MPI backend), stdout and stderr in the point's log.txt, with
+mpirun.sh -np R` in front for the MPI backend, R = num_workers / mpi.workers_per_rank, one rank
+per worker when that is 0), stdout and stderr in the point's log.txt, with
 point.json written before and status.json after. The summary table goes to the terminal and to
 `DIR/sweeps/<name>/sweep.md` and `sweep.json`, where <name> is the experiment file's name and
 the sweep argument (`table1.cpu.s1`): sweeps that share a workdir keep their own summaries.
@@ -120,6 +121,12 @@ class Point:
   @property
   def num_workers(self) -> int:
     return int(self.config.get('num_workers', 1))
+
+  @property
+  def ranks(self) -> int:
+    """MPI processes: num_workers / mpi.workers_per_rank (one per worker when that is 0)."""
+    width = int((self.config.get('mpi') or {}).get('workers_per_rank', 0) or 0)
+    return self.num_workers // width if width else self.num_workers
 
 
 @dataclasses.dataclass
@@ -470,7 +477,7 @@ def command(point: Point, launcher: str = 'local', python: str | None = None) ->
   cmd += [f'--workdir={point.dir}'] + [f'--config.{p}={t}' for p, t in point.texts.items()]
   if point.backend != 'mpi':
     return cmd
-  n = str(point.num_workers)
+  n = str(point.ranks)
   if launcher == 'slurm':
     return ['srun', '--mpi=pmix', '-n', n] + cmd
   cmd = ['launch/mpirun.sh', '-np', n] + cmd
@@ -1021,7 +1028,7 @@ def slurm_script(config, workdir, pending, parallel, runner_flags=(), slurm_args
   """
   workdir = os.path.abspath(workdir)
   out = _summary_dir(workdir, config)
-  ranks = max([p['workers'] for p in pending if p['backend'] == 'mpi'] or [1])
+  ranks = max([p.get('ranks', p['workers']) for p in pending if p['backend'] == 'mpi'] or [1])
   task = [sys.executable, '-m', 'cocod_jax.sweep', f'--config={config}', f'--workdir={workdir}']
   task = shlex.join(task + list(runner_flags)) + ' --run_index="$SLURM_ARRAY_TASK_ID"'
   lines = [
@@ -1057,6 +1064,7 @@ def _pending_entries(points: list[Point], states) -> list[dict]:
       state=states[p.dir].name,
       backend=p.backend,
       workers=p.num_workers,
+      ranks=p.ranks,
       command=command(p, 'slurm'),
     )
     for i, p in enumerate(points)

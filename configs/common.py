@@ -16,6 +16,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.one_host = ml_collections.ConfigDict()  # The one-host cluster (backend='one_host' only).
   c.one_host.devices = 0  # Devices the workers are sharded over; 0: the most that divide N.
   c.mpi = ml_collections.ConfigDict()  # The ranks (backend='mpi' only): num_workers / R each.
+  c.mpi.workers_per_rank = 0  # W; 0: num_workers / the job's ranks. Launchers read it.
   c.mpi.devices = 0  # Local devices each rank shards its workers over; 0: the most that divide W.
   c.comm = ml_collections.ConfigDict()  # The MPI communicator (backend='mpi' only).
   c.comm.threaded = True  # Collectives on a background thread (False: synchronous, for tests).

@@ -61,7 +61,11 @@ K = 5  # configs/bench.py's period.
 SECTIONS = ('overhead', 'comm', 'checkpoint', 'overlap', 'hetero', 'ranks')
 # The multi-worker ranks: 2 ranks x RANKS_WIDTH workers, the total batch of the overlap section.
 RANKS_WIDTH = 8
-RANKS_FLAGS = (f'--config.num_workers={2 * RANKS_WIDTH}', '--config.batch_size=128')
+RANKS_FLAGS = (
+  f'--config.num_workers={2 * RANKS_WIDTH}',
+  f'--config.mpi.workers_per_rank={RANKS_WIDTH}',
+  '--config.batch_size=128',
+)
 RANKS_ALGOS = ('ssgd', 'cocod_sgd')
 # The heterogeneous case: rank 0 at half speed; (name, algorithm, proportional sampling).
 HETERO = (

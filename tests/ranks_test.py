@@ -231,8 +231,16 @@ def test_different_device_counts_refused_on_every_rank(tmp_path):
 
 def test_workers_per_rank():
   assert ranks.workers_per_rank(16, 2) == 8 and ranks.workers_per_rank(2, 2) == 1
+  assert ranks.workers_per_rank(16, 2, requested=8) == 8
   with pytest.raises(ValueError, match=r'num_workers=3 is invalid for this job of 2 MPI ranks'):
     ranks.workers_per_rank(3, 2)
+  with pytest.raises(ValueError, match=r'num_workers=16 need 2 MPI ranks, and this job has 4'):
+    ranks.workers_per_rank(16, 4, requested=8)
   c = train_test.test_config.get_config()
   c.mpi.devices = -1
-  assert config_validation.errors(c) == ['mpi.devices=-1 is invalid; allowed: an integer >= 0']
+  c.mpi.workers_per_rank = 3  # num_workers is 2.
+  assert config_validation.errors(c) == [
+    'mpi.devices=-1 is invalid; allowed: an integer >= 0',
+    'mpi.workers_per_rank=3 is invalid for num_workers=2; allowed: 0 (num_workers / the MPI '
+    'ranks) or a divisor of 2',
+  ]

@@ -175,6 +175,11 @@ def test_expand_sweep_wide_overrides_and_mpi_commands(tmp_path):
   (_, timed) = sweep.expand(f'{TINY}:case=mixed', str(tmp_path), link_rate='1gbit')
   assert sweep.command(timed)[:4] == ['launch/simnet.sh', '--rate', '1gbit', '--']
   assert timed.hash != mpi.hash
+  # 16 workers in ranks of 8 (mpi.workers_per_rank): 2 MPI processes.
+  (_, ranks) = sweep.expand(f'{TINY}:case=mixed', str(tmp_path), {'num_workers': 16,
+                            'mpi.workers_per_rank': 8, 'batch_size': 4})  # fmt: skip
+  assert sweep.command(ranks)[:3] == ['launch/mpirun.sh', '-np', '2']
+  assert sweep.command(ranks, 'slurm')[:4] == ['srun', '--mpi=pmix', '-n', '2']
 
 
 def test_duplicates_are_rejected(tmp_path):

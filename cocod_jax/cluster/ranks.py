@@ -37,8 +37,15 @@ from cocod_jax.cluster import mpi
 from cocod_jax.cluster import one_host
 
 
-def workers_per_rank(num_workers: int, ranks: int) -> int:
-  """W = num_workers / ranks; ValueError naming both values when it does not divide."""
+def workers_per_rank(num_workers: int, ranks: int, requested: int = 0) -> int:
+  """W = num_workers / ranks; ValueError naming the values when it does not divide, or when it
+  differs from `requested` (`mpi.workers_per_rank`, 0: any)."""
+  if requested and requested * ranks != num_workers:
+    raise ValueError(
+      f'mpi.workers_per_rank={requested} and num_workers={num_workers} need '
+      f'{num_workers // requested} MPI ranks, and this job has {ranks}; launch it with '
+      f'`mpirun -np {num_workers // requested}`, or set --config.mpi.workers_per_rank=0'
+    )
   if num_workers % ranks:
     raise ValueError(
       f'num_workers={num_workers} is invalid for this job of {ranks} MPI ranks: every rank holds '
@@ -55,7 +62,7 @@ def rank_devices(config, world) -> list:
     ValueError: `mpi.devices` does not divide W or exceeds the rank's devices.
   """
   size = world.Get_size()
-  width = workers_per_rank(config.num_workers, size)
+  width = workers_per_rank(config.num_workers, size, config.mpi.workers_per_rank)
   whose = f'the {width} workers of each rank (num_workers={config.num_workers} on {size} ranks)'
   pool = mpi.local_devices(world)
   return one_host.choose_devices(width, config.mpi.devices, pool, 'mpi.devices', whose)
@@ -75,14 +82,14 @@ def agree_on_layout(config) -> None:
   mine, problem = None, None
   try:
     devices = rank_devices(config, world)
-    width = workers_per_rank(config.num_workers, world.Get_size())
+    width = workers_per_rank(config.num_workers, world.Get_size(), config.mpi.workers_per_rank)
     mine = (width, len(devices), devices[0].platform)
   except ValueError as e:
     problem = str(e)
   everyone = world.allgather((mine, problem))
   for r, (_, problem) in enumerate(everyone):
     if problem:
-      raise ValueError(f'{problem} (rank {r})')
+      raise ValueError(f'{problem} (seen on rank {r})')
 
   def says(r, layout):
     width, count, platform = layout
@@ -116,7 +123,7 @@ class RanksCluster(one_host.StackedWorkers):
     self.rank, self.processes = world.Get_rank(), world.Get_size()
     self.num_workers = config.num_workers
     self.is_chief = self.rank == 0
-    width = workers_per_rank(config.num_workers, self.processes)
+    width = workers_per_rank(config.num_workers, self.processes, config.mpi.workers_per_rank)
     workers = range(self.rank * width, (self.rank + 1) * width)
     devices = rank_devices(config, world)
     super().__init__(fns, workers, weights, devices, slowed=_slowdown(config, workers))
