@@ -164,7 +164,9 @@ class RanksCluster(one_host.StackedWorkers):
     return self.comm.sum_scalar(float(per_worker @ self._w)), bad
 
   def preflight(self, config, state):
-    self.comm.preflight(mpi.config_hash(config), state)
+    # One worker's shapes (every rank holds the same W: `agree_on_layout`), as the model has them.
+    worker = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), state)
+    self.comm.preflight(mpi.config_hash(config), worker)
 
   def barrier(self):
     self.comm.barrier()
