@@ -16,16 +16,20 @@ DATA_DIR ?=
 venv: $(STAMP)
 
 # 1. Every package from requirements.txt, held to the versions of requirements.lock.
-# 2. mpi4jax, compiled here against the jax and mpi4py just installed and the venv's own MPI
+# 2. This checkout itself (pyproject.toml: cocod_jax, configs, launch), editable, so that entry
+#    points, scripts and tests import it from any directory; with the setuptools pinned above
+#    (--no-build-isolation) and nothing else (--no-deps).
+# 3. mpi4jax, compiled here against the jax and mpi4py just installed and the venv's own MPI
 #    compiler (MPI4JAX_BUILD_MPICC, and .venv/bin first on PATH for that one command). Never a
 #    cached or prebuilt wheel (--no-cache-dir --no-binary): its binary is tied to the local jax
 #    and MPI. Its setup takes the directory above the first `nvcc` on PATH as the CUDA root;
 #    where that nvcc is a wrapper outside the toolkit the build misses cuda_runtime.h, so
 #    CUDA_PATH is set to a directory that really holds it (none found: the CPU bridge only).
-$(STAMP): requirements.txt requirements.lock Makefile launch/find_cuda.sh
+$(STAMP): requirements.txt requirements.lock pyproject.toml Makefile launch/find_cuda.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q pip==$(PIP_VERSION)
 	$(PY) -m pip install -q -r requirements.txt -c requirements.lock
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	cuda=$$(sh launch/find_cuda.sh); \
 	  if [ -n "$$cuda" ]; then echo "mpi4jax: CUDA_PATH=$$cuda"; export CUDA_PATH=$$cuda; \
 	  else echo "mpi4jax: no CUDA toolkit found, building the CPU bridge only"; unset CUDA_PATH; fi; \
@@ -33,7 +37,8 @@ $(STAMP): requirements.txt requirements.lock Makefile launch/find_cuda.sh
 	  PATH="$(VENV_BIN):$$PATH" MPI4JAX_BUILD_MPICC="$(VENV_BIN)/mpicc" $(PY) -m pip install -q \
 	    --no-cache-dir --no-binary=mpi4jax --no-build-isolation --no-deps --force-reinstall \
 	    mpi4jax==$(MPI4JAX_VERSION)
-	$(PY) -c "import jax, flax, optax, mpi4py, mpi4jax, tensorflow_datasets, sklearn, importlib_resources"
+	cd / && $(CURDIR)/$(PY) -c "import jax, flax, optax, mpi4py, mpi4jax, tensorflow_datasets, sklearn, \
+	  importlib_resources, filelock, tqdm, cocod_jax, configs, launch"
 	touch $(STAMP)
 
 # CoCoD-SGD on 2 MPI ranks; the last line is the measured Tp, Tc and fraction of communication hidden.
@@ -50,7 +55,7 @@ data: $(STAMP)
 
 # The benchmarks (root only: the simulated network); writes runs/bench/bench.md.
 bench: $(STAMP)
-	$(PY) launch/bench.py --out=runs/bench
+	$(PY) -m launch.bench --out=runs/bench
 
 # Every artefact of the paper at CPU scale (root: the timing figures use the simulated link);
 # writes runs/paper/{table1,table2,fig2,...}.{md,json,png}. A second run reruns nothing.

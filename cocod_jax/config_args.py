@@ -11,7 +11,7 @@ named by a short, checked argument:
 The type of each default is the key's type (str, int, float or bool). Booleans are strict (true,
 false, 1 or 0, any case), so that `timing=yes` is refused rather than read as true. An unknown
 key, a value of the wrong type or a key given twice raises `ConfigArgError`, one line naming the
-key, the value and what is allowed; main.py shows it as one `error:` line and exits with status 2.
+key, the value and what is allowed (an `errors.UsageError`: one `error:` line, exit status 2).
 """
 
 import dataclasses
@@ -21,12 +21,14 @@ import re
 from typing import Any
 from typing import Iterable
 
+from cocod_jax import errors
+
 TYPES = (str, int, float, bool)
 _TRUE, _FALSE = ('true', '1'), ('false', '0')
 _INT = re.compile(r'[+-]?\d+')
 
 
-class ConfigArgError(ValueError):
+class ConfigArgError(errors.UsageError):
   """A `:`-argument that does not fit the config file's keys and types."""
 
 

@@ -1,33 +1,24 @@
-"""Checks every user-facing value before any training or output starts.
+"""Checks every user-facing value of a config before any training or output starts.
 
 `errors(config)` lists every invalid field, one line each, naming the field, the value and what
-is allowed; `validate` raises `ConfigError` with them. `main.py` prints each as `error: ...` and
-exits with status 2 (no traceback for user errors). `unknown_field` turns a misspelt override into
-a line that names the closest valid field.
+is allowed; `validate` raises `errors.UsageError` with them (main.py prints each as `error: ...`
+and exits with status 2). The allowed names are read from the registries where they are defined:
+`algorithms.ALGORITHMS`, `cluster.BACKENDS`, `cluster.mpi.STAGINGS`, `models.MODELS`,
+`input_pipeline.DATASETS`, `schedules.LR_SCALINGS`. No data is loaded here: the checks of the
+data against the config (`input_pipeline.load_checked`) run where the data is loaded, still
+before anything is written.
 """
 
-import difflib
 import numbers
 
 from cocod_jax import algorithms
+from cocod_jax import cluster
+from cocod_jax import errors as errors_lib
 from cocod_jax import input_pipeline
 from cocod_jax import models
 from cocod_jax import schedules
 from cocod_jax.cluster import mpi
 from cocod_jax.cluster import ranks
-
-ALGORITHMS = tuple(algorithms.ALGORITHMS)
-BACKENDS = ('one_host', 'mpi')
-STAGINGS = mpi.STAGINGS
-LR_SCALINGS = ('linear', 'none')
-
-
-class ConfigError(ValueError):
-  """Invalid configuration values; `str()` is one line per problem."""
-
-  def __init__(self, problems):
-    self.problems = [problems] if isinstance(problems, str) else list(problems)
-    super().__init__('\n'.join(self.problems))
 
 
 def _is_int(v):
@@ -59,10 +50,10 @@ class _Checks:
 def _run_fields(config, v: _Checks) -> None:
   """The algorithm, the runtimes and the run's own bookkeeping."""
   a, c, k = config.algorithm, config.comm, config.checkpoint
-  v.check(a.name in ALGORITHMS, 'algorithm.name', a.name, list(ALGORITHMS))
+  v.check(a.name in algorithms.ALGORITHMS, 'algorithm.name', a.name, list(algorithms.ALGORITHMS))
   v.integer('algorithm.period', a.period, 1)
   v.integer('algorithm.warmup_period_epochs', a.warmup_period_epochs, 0)
-  v.check(config.backend in BACKENDS, 'backend', config.backend, list(BACKENDS))
+  v.check(config.backend in cluster.BACKENDS, 'backend', config.backend, list(cluster.BACKENDS))
   v.integer('one_host.devices', config.one_host.devices, 0)
   v.integer('mpi.devices', config.mpi.devices, 0)
   width = config.mpi.workers_per_rank
@@ -72,7 +63,7 @@ def _run_fields(config, v: _Checks) -> None:
       f'mpi.workers_per_rank={width} is invalid for num_workers={config.num_workers}; allowed: '
       f'0 (num_workers / the MPI ranks) or a divisor of {config.num_workers}'
     )
-  v.check(c.staging in STAGINGS, 'comm.staging', c.staging, list(STAGINGS))
+  v.check(c.staging in mpi.STAGINGS, 'comm.staging', c.staging, list(mpi.STAGINGS))
   v.number('comm.timeout_s', c.timeout_s, 0)
   v.integer('timeline.sample_every', config.timeline.sample_every, 0)
   v.integer('checkpoint.every_epochs', k.every_epochs, 0)
@@ -100,7 +91,8 @@ def _learning_fields(config, v: _Checks) -> None:
   ok = _is_number(o.momentum) and 0 <= o.momentum < 1
   v.check(ok, 'optimizer.momentum', o.momentum, '[0, 1)')
   v.number('optimizer.weight_decay', o.weight_decay, 0, strict=False)
-  v.check(o.lr_scaling in LR_SCALINGS, 'optimizer.lr_scaling', o.lr_scaling, list(LR_SCALINGS))
+  scalings = schedules.LR_SCALINGS
+  v.check(o.lr_scaling in scalings, 'optimizer.lr_scaling', o.lr_scaling, list(scalings))
   v.number('optimizer.warmup_epochs', o.warmup_epochs, 0, strict=False)
   ok = _is_number(o.decay_factor) and 0 < o.decay_factor <= 1
   v.check(ok, 'optimizer.decay_factor', o.decay_factor, '0 < factor <= 1')
@@ -149,36 +141,10 @@ def errors(config) -> list[str]:
 
 
 def validate(config) -> None:
-  """Raises ConfigError listing every invalid field of `config`."""
+  """Raises errors.UsageError listing every invalid field of `config`."""
   problems = errors(config)
   if problems:
-    raise ConfigError(problems)
-
-
-def field_paths(config, prefix='') -> list[str]:
-  """Every leaf field of a (nested) ConfigDict as a dotted path."""
-  out = []
-  for key, value in config.items():
-    path = prefix + key
-    if hasattr(value, 'items'):
-      out += field_paths(value, path + '.')
-    else:
-      out.append(path)
-  return out
-
-
-def field_hint(config, path: str) -> str:
-  """For a dotted `path` that names no field of `config`: the closest valid field, or where the
-  fields are listed."""
-  close = difflib.get_close_matches(path, field_paths(config), n=1, cutoff=0.5)
-  return f"did you mean '{close[0]}'?" if close else 'see configs/common.py for the fields'
-
-
-def unknown_field(config, path: str) -> str | None:
-  """A one-line message if `path` names no field of `config` (with the closest valid one)."""
-  if path in field_paths(config):
-    return None
-  return f"--config.{path}: the config has no field '{path}'; {field_hint(config, path)}"
+    raise errors_lib.UsageError(problems)
 
 
 def check_world(config, world_size: int) -> None:
@@ -187,28 +153,4 @@ def check_world(config, world_size: int) -> None:
   try:
     ranks.workers_per_rank(config.num_workers, world_size, config.mpi.workers_per_rank)
   except ValueError as e:
-    raise ConfigError(str(e)) from None
-
-
-def check_data(config, dataset) -> None:
-  """Checks that every worker's shard holds at least one batch."""
-  sizes = schedules.batch_sizes(config)
-  shards = input_pipeline.shard_sizes(len(dataset.x_train), sizes)
-  for i, (m, s) in enumerate(zip(sizes, shards)):
-    if m > s:
-      raise ConfigError(
-        f'batch_size={config.batch_size!r} is invalid: worker {i} would use batch '
-        f'{m} but its shard has only {s} examples; allowed: a batch size <= {s}'
-      )
-
-
-def load_checked_dataset(config):
-  """Loads `config.dataset` and checks it against the config; raises ConfigError."""
-  try:
-    ds = input_pipeline.load_dataset(
-      config.dataset.name, config.dataset.path, config.dataset.num_classes, config.data_dir
-    )
-  except input_pipeline.DataError as e:
-    raise ConfigError(str(e)) from None
-  check_data(config, ds)
-  return ds
+    raise errors_lib.UsageError(str(e)) from None

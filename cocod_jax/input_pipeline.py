@@ -23,6 +23,8 @@ import zlib
 
 import numpy as np
 
+from cocod_jax import errors
+
 DATASETS = ('cifar10', 'cifar100', 'digits', 'clusters100', 'npz')
 TFDS_DATASETS = ('cifar10', 'cifar100')  # Need a prepared TFDS data directory.
 # Bundled with scikit-learn, made from a fixed seed, or the user's own file.
@@ -40,7 +42,7 @@ _NPY_MAGIC = b'\x93NUMPY'
 _ZIP_MAGICS = (b'PK\x03\x04', b'PK\x05\x06')  # A zip's first entry, or an empty zip.
 
 
-class DataError(ValueError):
+class DataError(errors.UsageError):
   """A dataset that cannot be used as configured (the message names the field)."""
 
 
@@ -549,6 +551,33 @@ def load_dataset(name: str, path: str = '', num_classes: int = 0, data_dir: str 
         f'must be in 0..{num_classes - 1}'
       )
     ds.num_classes = num_classes
+  return ds
+
+
+def load_checked(config) -> Dataset:
+  """Loads `config.dataset` and checks it against the config, before anything is written.
+
+  Args:
+    config: a validated config (`config_validation.errors` found nothing).
+
+  Returns:
+    The Dataset.
+
+  Raises:
+    DataError: the data cannot be loaded as configured, or a worker's shard holds less than one
+      of its batches (the batch size named, and the largest that fits).
+  """
+  from cocod_jax import schedules  # pylint: disable=g-import-not-at-top
+
+  d = config.dataset
+  ds = load_dataset(d.name, d.path, d.num_classes, config.data_dir)
+  sizes = schedules.batch_sizes(config)
+  for i, (m, s) in enumerate(zip(sizes, shard_sizes(len(ds.x_train), sizes))):
+    if m > s:
+      raise DataError(
+        f'batch_size={config.batch_size!r} is invalid: worker {i} would use batch {m} but its '
+        f'shard has only {s} examples; allowed: a batch size <= {s}'
+      )
   return ds
 
 

@@ -10,72 +10,41 @@ holding num_workers / R workers on its local devices; an unexpected error on any
 the job on every rank.
 """
 
-import importlib.util
 import os
-import re
 import sys
-import traceback
 
 from absl import app
-from absl import flags
 from absl import logging
-from ml_collections import config_flags
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string('workdir', None, 'Directory for results.json, final_params.npz, summaries.')
-config_flags.DEFINE_config_file('config', None, 'Training configuration file.', lock_config=True)
-flags.DEFINE_bool('verbose', False, 'Also print the Python traceback of a refused input.')
-flags.mark_flags_as_required(['config', 'workdir'])
+from cocod_jax import errors
+from cocod_jax import flags as cocod_flags
 
-EXIT_USAGE, EXIT_DIVERGED = 2, 3  # A preempted run exits with checkpoints.EXIT_PREEMPTED (75).
+FLAGS = cocod_flags.FLAGS
+EXIT_DIVERGED = 3  # A preempted run exits with checkpoints.EXIT_PREEMPTED (75).
 _RANK = ''  # 'rank r: ' under MPI, so that every line says which process refused.
 
 
-def _fail(message, status=EXIT_USAGE):
-  if '--verbose' in sys.argv or (FLAGS.is_parsed() and FLAGS.verbose):
-    traceback.print_exc()
-  for line in str(message).splitlines():
-    print(f'error: {_RANK}{line}', file=sys.stderr, flush=True)
-  sys.exit(status)
+def _fail(error, status=errors.EXIT_USAGE):
+  verbose = '--verbose' in sys.argv or (FLAGS.is_parsed() and FLAGS.verbose)
+  errors.fail(error, status, prefix=_RANK, verbose=verbose)
 
 
-def _load_config_file(value):
-  """The ConfigDict of `--config=FILE[:ARG]`, loaded as ml_collections does (for messages)."""
-  path, _, arg = value.partition(':')
-  spec = importlib.util.spec_from_file_location('_cocod_config', path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(arg) if arg else module.get_config()
+def _flag_error(error, argv) -> str | errors.UsageError:
+  """What to say about a command line that absl or ml_collections refused: the first override
+  that cannot be set on the config (set as the sweep runner sets it), else absl's own line."""
+  from cocod_jax import config_files  # pylint: disable=g-import-not-at-top
 
-
-def _flag_error(error, argv) -> str:
-  """One line (or one per problem) for a command line that absl or ml_collections refused."""
-  config_arg = next((a.split('=', 1)[1] for a in argv if a.startswith('--config=')), None)
-  config = None
-  if config_arg is not None:
-    if not os.path.isfile(config_arg.partition(':')[0]):
-      return f'--config={config_arg}: no such config file'
+  spec = next((a.split('=', 1)[1] for a in argv if a.startswith('--config=')), None)
+  if spec is not None:
     try:
-      config = _load_config_file(config_arg)
-    except Exception as e:  # pylint: disable=broad-except
-      return f'--config={config_arg} could not be loaded: {type(e).__name__}: {e}'
-  if config is not None:
-    from cocod_jax import config_validation  # pylint: disable=g-import-not-at-top
-
-    overrides = [a[len('--config.') :].split('=', 1) for a in argv if a.startswith('--config.')]
-    for path, *_ in overrides:
-      message = config_validation.unknown_field(config, path)
-      if message:
-        return message
-    match = re.search(r'flag --config\.([\w.]+)=(.*?): (.*)', str(error))
-    if match:
-      field, value, why = match.groups()
-      current = config
-      for part in field.split('.'):
-        current = current[part]
-      kind = type(current).__name__
-      why = why.strip('()').replace("'", '')
-      return f'--config.{field}={value} is invalid; allowed: a value of type {kind} ({why})'
+      config = config_files.load(spec)
+      config.lock()
+      for arg in argv:
+        if arg.startswith('--config.'):
+          path, _, text = arg[len('--config.') :].partition('=')
+          config_files.set_field(config, path, text, from_text=True)
+    except errors.UsageError as e:
+      return e
   return str(error).splitlines()[0].removeprefix('flag ').strip()
 
 
@@ -143,7 +112,7 @@ def _start_mpi(config):
   _RANK = f'rank {rank}: '
   try:
     config_validation.check_world(config, size)
-  except config_validation.ConfigError as e:
+  except errors.UsageError as e:
     _fail(e)
   if config.mpi.devices > 1:  # A rank on a CPU shards its workers over emulated CPU devices.
     _add_xla_flag(f'--xla_force_host_platform_device_count={config.mpi.devices}')
@@ -205,7 +174,7 @@ def main(argv):
 
   problems = config_validation.errors(config)
   if problems:
-    _fail('\n'.join(problems))
+    _fail(errors.UsageError(problems))
   rank, broadcast = 0, lambda obj: obj
   if config.backend == 'mpi':
     rank, broadcast = _start_mpi(config)
@@ -214,9 +183,11 @@ def main(argv):
     # the flag must be set before JAX starts its backends and changes nothing on a GPU.
     _add_xla_flag(f'--xla_force_host_platform_device_count={config.one_host.devices}')
   _prepare_data(config, rank, broadcast)
+  from cocod_jax import input_pipeline  # pylint: disable=g-import-not-at-top
+
   try:
-    dataset = config_validation.load_checked_dataset(config)
-  except config_validation.ConfigError as e:
+    dataset = input_pipeline.load_checked(config)
+  except errors.UsageError as e:
     _fail(e)
   if config.backend == 'one_host':
     _check_devices(config)
@@ -226,4 +197,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  cocod_flags.define_main_flags()
   app.run(main, flags_parser=parse_flags)

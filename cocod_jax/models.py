@@ -10,15 +10,21 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 
+def _conv_bn(x, features, train, mask, kernel=3, strides=1):
+  """A bias-free convolution and its BatchNorm, created in the calling module's scope (so that
+  their parameters keep the names `Conv_<i>`, `BatchNorm_<i>` of the module that calls this)."""
+  pad = 1 if kernel == 3 else 'SAME'
+  x = nn.Conv(features, (kernel, kernel), strides=strides, padding=pad, use_bias=False)(x)
+  return nn.BatchNorm(use_running_average=not train, momentum=0.9)(x, mask=_bn_mask(mask, x))
+
+
 class _BNReLUConv(nn.Module):
   features: int
   strides: int = 1
 
   @nn.compact
   def __call__(self, x, train, mask):
-    x = nn.Conv(self.features, (3, 3), strides=self.strides, padding=1, use_bias=False)(x)
-    x = nn.BatchNorm(use_running_average=not train, momentum=0.9)(x, mask=_bn_mask(mask, x))
-    return nn.relu(x)
+    return nn.relu(_conv_bn(x, self.features, train, mask, strides=self.strides))
 
 
 def _bn_mask(mask, x):
@@ -35,14 +41,10 @@ class BasicBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x, train, mask):
-    y = nn.Conv(self.features, (3, 3), strides=self.strides, padding=1, use_bias=False)(x)
-    y = nn.BatchNorm(use_running_average=not train, momentum=0.9)(y, mask=_bn_mask(mask, y))
-    y = nn.relu(y)
-    y = nn.Conv(self.features, (3, 3), padding=1, use_bias=False)(y)
-    y = nn.BatchNorm(use_running_average=not train, momentum=0.9)(y, mask=_bn_mask(mask, y))
+    y = nn.relu(_conv_bn(x, self.features, train, mask, strides=self.strides))
+    y = _conv_bn(y, self.features, train, mask)
     if x.shape != y.shape:
-      x = nn.Conv(self.features, (1, 1), strides=self.strides, use_bias=False)(x)
-      x = nn.BatchNorm(use_running_average=not train, momentum=0.9)(x, mask=_bn_mask(mask, x))
+      x = _conv_bn(x, self.features, train, mask, kernel=1, strides=self.strides)
     return nn.relu(x + y)
 
 

@@ -19,30 +19,18 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from cocod_jax import errors
+from cocod_jax import flags as cocod_flags
 from cocod_jax import input_pipeline
 
 FLAGS = flags.FLAGS
 
 
-def define_flags():
-  """--dataset and --data_dir, defined only when this module runs as the program.
-
-  Not at import: other entry points (cocod_jax/experiments) define a `data_dir` flag of their
-  own, and absl refuses a name defined twice in one process (e.g. pytest importing both).
-  """
-  flags.DEFINE_list(
-    'dataset', ['cifar10'], f'Datasets to prepare: {list(input_pipeline.TFDS_DATASETS)}.'
-  )
-  flags.DEFINE_string(
-    'data_dir', '', 'TFDS data dir; empty: $TFDS_DATA_DIR, else ~/tensorflow_datasets.'
-  )
-
-
-EXIT_NO_NETWORK, EXIT_USAGE = 1, 2
+EXIT_NO_NETWORK, EXIT_USAGE = 1, errors.EXIT_USAGE
 
 
 def _error(message, status):
-  print(f'error: {message}', file=sys.stderr, flush=True)
+  errors.report(message)
   return status
 
 
@@ -160,6 +148,6 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  define_flags()
+  cocod_flags.define_prepare_data_flags(input_pipeline.TFDS_DATASETS)
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')  # TF's start-up INFO lines are noise here.
   app.run(main, flags_parser=parse_flags)

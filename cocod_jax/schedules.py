@@ -7,6 +7,8 @@ every quantity that follows from it consistently (ALGORITHMS.md, "Schedules" and
 
 import jax.numpy as jnp
 
+LR_SCALINGS = ('linear', 'none')  # optimizer.lr_scaling: see peak_learning_rate.
+
 
 def batch_sizes(config) -> list[int]:
   """Per-worker batch sizes M_i: proportional to `worker_speeds` under proportional sampling."""
@@ -83,7 +85,11 @@ def learning_rate_fn(config, sizes, steps_per_epoch):
   """lr_t: linear warm-up from lr_1 to the scaled rate, then decay at each of `decay_epochs`.
 
   `decay_epochs` are 1-based: 81 means "from the start of the 81st epoch", as in the paper. The
-  function works on Python numbers (for messages) and on traced step counters alike.
+  function works on Python numbers (for messages) and on traced step counters alike. Kept ours
+  rather than optax's schedules, which round otherwise: `linear_schedule` computes the warm-up
+  as `(lr_1 - peak) * (1 - t / T) + peak`, and `piecewise_constant_schedule` multiplies the
+  decay factors together before the rate; the rates would move in the last bits and runs would
+  no longer resume or reproduce bit for bit against the ones already made.
   """
   base = config.optimizer.learning_rate
   peak = peak_learning_rate(config, sizes)

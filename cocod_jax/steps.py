@@ -1,10 +1,11 @@
 """The pure per-worker step functions and the train state (one worker, unbatched).
 
-Model state `x` (ALGORITHMS.md) is `params` plus BatchNorm `batch_stats`. The optimizer is SGD
-with momentum `mu` and weight decay `lambda` in the PyTorch form the paper used:
-`d = g + lambda * p; m <- mu * m + d; p <- p - lr_t * m`. The momentum buffer `m` is local to
-each worker by default (`algorithm.average_momentum=False`); BatchNorm statistics are averaged
-with the parameters by default (`algorithm.average_batch_stats=True`).
+Model state `x` (ALGORITHMS.md) is `params` plus BatchNorm `batch_stats`. The optimizer
+(`optimizer`, optax) is SGD with momentum `mu` and weight decay `lambda` in the PyTorch form the
+paper used: `d = g + lambda * p; m <- mu * m + d; p <- p - lr_t * m`. The train state keeps its
+momentum trace `m` as a tree shaped like the parameters (what checkpoints hold and what
+`algorithm.average_momentum=True` averages); it is local to each worker by default. BatchNorm
+statistics are averaged with the parameters by default (`algorithm.average_batch_stats=True`).
 
 Nothing here knows how many workers there are or where they run: `cluster/one_host.py` maps
 these functions over a leading worker axis with `jax.vmap`, `cluster/mpi.py` jits them for the
@@ -18,6 +19,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from cocod_jax import input_pipeline
 from cocod_jax import schedules
@@ -93,11 +95,33 @@ def cross_entropy(logits, y):
   return -jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1)[:, 0]
 
 
+def optimizer(config, learning_rate) -> optax.GradientTransformation:
+  """The local optimizer of every worker at `learning_rate` (a number or a traced scalar).
+
+  SGD with momentum and weight decay as the paper ran it: the decay is added to the gradient
+  before the momentum (`optax.add_decayed_weights`, then `optax.sgd`), which computes
+  `d = g + lambda * p; m <- d + mu * m; p <- p + (-lr) * m`, the same numbers as the PyTorch
+  form. The learning rate is an argument, not an optax schedule: a step's rate depends on the
+  worker's own step counter (and AsynLocal-SGD's on a step it names), not on the optimizer's
+  count. Another optimizer is another return value here; the train state then needs a field
+  for each of its buffers beside `momentum` (the `trace` that this one keeps).
+
+  Args:
+    config: the config (`optimizer.momentum`, `optimizer.weight_decay`).
+    learning_rate: lr_t of this step.
+
+  Returns:
+    The optax transformation.
+  """
+  o = config.optimizer
+  return optax.chain(
+    optax.add_decayed_weights(o.weight_decay), optax.sgd(learning_rate, momentum=o.momentum)
+  )
+
+
 def make_step_fns(model, config, sizes, steps_per_epoch, normalize, augment_on) -> StepFns:
   """Builds the step functions for `model` and the optimizer in `config`."""
   lr_fn = schedules.learning_rate_fn(config, sizes, steps_per_epoch)
-  mu = config.optimizer.momentum
-  wd = config.optimizer.weight_decay
 
   def compute_grads(state, data):
     """g_i(x_t): gradient of the mean loss over this worker's real (mask=1) examples."""
@@ -123,9 +147,13 @@ def make_step_fns(model, config, sizes, steps_per_epoch, normalize, augment_on) 
     return grads, new_bs, loss
 
   def update(state, grads, batch_stats, lr):
-    d = jax.tree.map(lambda g, p: g + wd * p, grads, state.params)
-    m = jax.tree.map(lambda m_, d_: mu * m_ + d_, state.momentum, d)
-    params = jax.tree.map(lambda p, m_: p - lr * m_, state.params, m)
+    tx = optimizer(config, lr)
+    # The optimizer's state around the momentum the train state keeps (init's zeros are dead
+    # code under jit).
+    opt_state = optax.tree_utils.tree_set(tx.init(state.params), trace=state.momentum)
+    updates, opt_state = tx.update(grads, opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    m = optax.tree_utils.tree_get(opt_state, 'trace')
     return state._replace(step=state.step + 1, params=params, batch_stats=batch_stats, momentum=m)
 
   def apply_update(state, grads, batch_stats):

@@ -28,7 +28,6 @@ import numpy as np
 
 from cocod_jax import algorithms
 from cocod_jax import checkpoints
-from cocod_jax import config_validation
 from cocod_jax import files
 from cocod_jax import input_pipeline
 from cocod_jax import models
@@ -406,10 +405,10 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
   """Trains with `config.algorithm.name` on `config.backend` and writes the results.
 
   Args:
-    config: a validated ConfigDict (see `config_validation.validate`).
+    config: a validated ConfigDict (see `cocod_jax.config_validation.validate`).
     workdir: where results.json, final_params.npz and TensorBoard summaries go (written by the
       chief: rank 0 under MPI), and timeline_rank<r>.json (every rank, MPI only).
-    dataset: the loaded, checked dataset (default: `config_validation.load_checked_dataset`).
+    dataset: the loaded, checked dataset (default: `input_pipeline.load_checked`).
 
   Returns:
     the results dictionary also written to `workdir/results.json` (None on other ranks).
@@ -417,7 +416,7 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
   Raises:
     Diverged: a NaN or Inf stopped training (results.json says so).
   """
-  dataset = dataset or config_validation.load_checked_dataset(config)
+  dataset = dataset or input_pipeline.load_checked(config)
   plan = make_plan(config, dataset)
   spe, epochs, c = plan.steps_per_epoch, config.num_epochs, config.checkpoint
   cluster = make_cluster(config, plan)

@@ -18,23 +18,13 @@ from configs import common
 
 
 def get_config():
-  c = common.base_config()
+  c = common.small_config('mlp', 'npz', num_workers=2, batch_size=1024, num_epochs=6)
   c.backend = 'mpi'
-  c.num_workers = 2
-  c.model.name = 'mlp'
-  c.dataset.name = 'npz'
   c.dataset.path = 'runs/bench/synthetic.npz'
-  c.dataset.augment = False
-  c.batch_size = 1024
   c.algorithm.period = 5
-  c.algorithm.warmup_period_epochs = 0
   c.optimizer.learning_rate = 0.05
   c.optimizer.lr_scaling = 'none'
-  c.optimizer.warmup_epochs = 0
   c.optimizer.decay_epochs = (1000,)
-  c.num_epochs = 6
   c.comm.timeout_s = 300.0
   c.timeline.sample_every = 1  # Time every round: the benchmark's figures come from the spans.
-  c.checkpoint.every_epochs = 0  # A timing run; no checkpoints to write.
-  c.checkpoint.interval_s = 0.0
-  return c
+  return common.without_checkpoints(c)  # A timing run; no checkpoints to write.

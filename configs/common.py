@@ -54,3 +54,23 @@ def base_config() -> ml_collections.ConfigDict:
   c.num_epochs = 120
   c.seed = 0
   return c
+
+
+def small_config(model: str, dataset: str, num_workers: int, batch_size: int, num_epochs: int):
+  """A run that fits a CPU (the tests, the quickstart, the benchmarks): the base config on
+  `dataset` without augmentation (8x8 digits and feature vectors have no crops or flips), no
+  warm-up of the learning rate or the period (a few epochs leave no room for one)."""
+  c = base_config()
+  c.model.name, c.dataset.name = model, dataset
+  c.dataset.augment = False
+  c.num_workers, c.batch_size, c.num_epochs = num_workers, batch_size, num_epochs
+  c.algorithm.warmup_period_epochs = 0
+  c.optimizer.warmup_epochs = 0
+  return c
+
+
+def without_checkpoints(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """No checkpoints at all: for runs whose only product is their results or timings."""
+  c.checkpoint.every_epochs = 0
+  c.checkpoint.interval_s = 0.0
+  return c

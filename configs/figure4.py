@@ -36,8 +36,7 @@ def get_config(arg=None):
   c.backend = 'mpi'
   c.num_workers = a.workers
   c.timeline.sample_every = 1
-  c.checkpoint.every_epochs = 0
-  c.checkpoint.interval_s = 0.0
+  common.without_checkpoints(c)
   c.algorithm.warmup_period_epochs = 0
   c.optimizer.warmup_epochs = 0.0
   if a.scale == 'paper':

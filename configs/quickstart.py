@@ -16,16 +16,10 @@ from configs import common
 
 
 def get_config():
-  c = common.base_config()
+  c = common.small_config('cnn', 'digits', num_workers=2, batch_size=16, num_epochs=10)
   c.backend = 'mpi'
-  c.num_workers = 2
-  c.model.name = 'cnn'
-  c.dataset.name = 'digits'
-  c.dataset.augment = False
-  c.batch_size = 16
   c.algorithm.warmup_period_epochs = 1
   c.optimizer.learning_rate = 0.02
   c.optimizer.warmup_epochs = 1
   c.optimizer.decay_epochs = (8,)
-  c.num_epochs = 10
   return c

@@ -84,6 +84,17 @@ def timed(c, scale: str):
   return c
 
 
+def parse_cell(arg, algos, default_algo: str):
+  """The `:`-argument of one cell of a table: `algo` (one of `algos`), `task`, `scale`, `seed`
+  and `timing`, each checked."""
+  defaults = dict(algo=default_algo, task='c10_r18', scale='cpu', seed=0, timing=False)
+  a = config_args.parse(arg, defaults)
+  config_args.choice('algo', a.algo, algos)
+  config_args.choice('task', a.task, tuple(TASKS))
+  config_args.choice('scale', a.scale, SCALES)
+  return a
+
+
 def sweep_cells(add, arg, points):
   """The sweep of a table's experiment file: `points(scale, seeds)` gives (algo, task, seed) of
   each cell; the argument takes `scale`, `seeds` and `timing`."""

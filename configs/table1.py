@@ -21,7 +21,6 @@ all four algorithms reach the same accuracy to within about a point on the stand
 runs 2 algorithms of 1 column in seconds (the tests).
 """
 
-from cocod_jax import config_args
 from configs import common
 from configs import scales
 
@@ -29,11 +28,7 @@ ALGOS = ('ssgd', 'pipe_sgd', 'local_sgd', 'cocod_sgd')
 
 
 def get_config(arg=None):
-  defaults = dict(algo='cocod_sgd', task='c10_r18', scale='cpu', seed=0, timing=False)
-  a = config_args.parse(arg, defaults)
-  config_args.choice('algo', a.algo, ALGOS)
-  config_args.choice('task', a.task, tuple(scales.TASKS))
-  config_args.choice('scale', a.scale, scales.SCALES)
+  a = scales.parse_cell(arg, ALGOS, 'cocod_sgd')
   c = common.base_config()
   c.algorithm.name = a.algo
   c.seed = a.seed

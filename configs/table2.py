@@ -20,7 +20,6 @@ configs/table1.py. Expected: the paper's 92.4-94.5% (CIFAR-10) and 70.2-75.7% (C
 10 minutes) all rows within about a point of each other on the stand-ins.
 """
 
-from cocod_jax import config_args
 from configs import common
 from configs import scales
 
@@ -28,11 +27,7 @@ ALGOS = ('ssgd', 'ssgd+ps', 'pipe_sgd', 'pipe_sgd+ps', 'asynlocal_sgd', 'cocod_s
 
 
 def get_config(arg=None):
-  defaults = dict(algo='cocod_sgd+ps', task='c10_r18', scale='cpu', seed=0, timing=False)
-  a = config_args.parse(arg, defaults)
-  config_args.choice('algo', a.algo, ALGOS)
-  config_args.choice('task', a.task, tuple(scales.TASKS))
-  config_args.choice('scale', a.scale, scales.SCALES)
+  a = scales.parse_cell(arg, ALGOS, 'cocod_sgd+ps')
   c = common.base_config()
   c.algorithm.name = a.algo.removesuffix('+ps')
   c.proportional_sampling = a.algo.endswith('+ps')

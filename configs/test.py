@@ -7,14 +7,6 @@ from configs import common
 
 
 def get_config():
-  c = common.base_config()
-  c.num_workers = 2
-  c.model.name = 'linear'
-  c.dataset.name = 'digits'
-  c.dataset.augment = False
-  c.batch_size = 50
-  c.algorithm.warmup_period_epochs = 0
+  c = common.small_config('linear', 'digits', num_workers=2, batch_size=50, num_epochs=1)
   c.algorithm.period = 3
-  c.optimizer.warmup_epochs = 0
-  c.num_epochs = 1
   return c

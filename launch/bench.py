@@ -48,12 +48,11 @@ from absl import app
 from absl import flags
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from cocod_jax import files
+from cocod_jax import timeline
+from launch import plot_timeline
 
-from cocod_jax import files  # noqa: E402
-from cocod_jax import timeline  # noqa: E402
-from launch import plot_timeline  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 ALGOS = ('ssgd', 'pipe_sgd', 'local_sgd', 'cocod_sgd')
 NAMES = dict(ssgd='S-SGD', pipe_sgd='Pipe-SGD', local_sgd='Local-SGD', cocod_sgd='CoCoD-SGD')

@@ -13,15 +13,11 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 
 from absl import app
 from absl import flags
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 flags.DEFINE_integer('repeats', 3, 'Checkpoints written per size.')
 flags.DEFINE_string('out', '', 'Where to write the JSON (none: print only).')

@@ -16,14 +16,10 @@ blocking `weighted_mean` of the tree (host staging: pack, allreduce, back on the
 import json
 import os
 import statistics
-import sys
 import time
 
 from absl import app
 from absl import flags
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 flags.DEFINE_string('out', '', 'Where rank 0 writes the JSON (none: print only).')
 flags.DEFINE_string('staging', 'host', 'comm.staging of the communicator.')

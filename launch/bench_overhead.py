@@ -13,16 +13,11 @@ Prints and writes ms per step for each and their ratio, per repeat.
 """
 
 import json
-import os
 import statistics
-import sys
 import time
 
 from absl import app
 from absl import flags
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 flags.DEFINE_integer('repeats', 5, 'Repeats (each runs both loops).')
 flags.DEFINE_integer('epochs', 6, 'Epochs per run; the first is left out (compilation).')
@@ -33,20 +28,10 @@ FLAGS = flags.FLAGS
 def _config():
   from configs import common  # pylint: disable=g-import-not-at-top
 
-  c = common.base_config()
-  c.num_workers = 1
-  c.model.name = 'cnn'
-  c.dataset.name = 'digits'
-  c.dataset.augment = False
-  c.batch_size = 16
+  c = common.small_config('cnn', 'digits', num_workers=1, batch_size=16, num_epochs=FLAGS.epochs)
   c.algorithm.name = 'local_sgd'
   c.algorithm.period = 10**6
-  c.algorithm.warmup_period_epochs = 0
-  c.optimizer.warmup_epochs = 0
-  c.num_epochs = FLAGS.epochs
-  c.checkpoint.every_epochs = 0
-  c.checkpoint.interval_s = 0.0
-  return c
+  return common.without_checkpoints(c)
 
 
 def framework(workdir):
@@ -63,12 +48,12 @@ def bare():
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
 
-  from cocod_jax import config_validation  # pylint: disable=g-import-not-at-top
+  from cocod_jax import input_pipeline  # pylint: disable=g-import-not-at-top
   from cocod_jax import steps  # pylint: disable=g-import-not-at-top
   from cocod_jax import train  # pylint: disable=g-import-not-at-top
 
   config = _config()
-  dataset = config_validation.load_checked_dataset(config)
+  dataset = input_pipeline.load_checked(config)
   plan = train.make_plan(config, dataset)
   step = jax.jit(plan.fns.local_step, donate_argnums=0)
   shard = plan.shards[0]

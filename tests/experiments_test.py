@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from cocod_jax import flags as cocod_flags
 from cocod_jax import timeline
 from cocod_jax.experiments import common
 from configs import scales
@@ -66,6 +67,8 @@ def _point(algo, task, best, seed=0):
 
 @pytest.fixture
 def flags_parsed():
+  if 'scale' not in common.FLAGS:
+    cocod_flags.define_experiment_flags()
   common.FLAGS(['test', '--scale=cpu'])
   yield
   common.FLAGS.unparse_flags()

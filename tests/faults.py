@@ -14,20 +14,18 @@ after step `--fault_step`, before the commit).
 
 import os
 import signal
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from absl import app
+from absl import flags
+import jax
 
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
-import jax  # noqa: E402
-
-from cocod_jax import algorithms  # noqa: E402
-from cocod_jax import checkpoints  # noqa: E402
-from cocod_jax import main  # noqa: E402
-from cocod_jax import steps  # noqa: E402
-from cocod_jax.cluster import mpi  # noqa: E402
+from cocod_jax import algorithms
+from cocod_jax import checkpoints
+from cocod_jax import flags as cocod_flags
+from cocod_jax import main
+from cocod_jax import steps
+from cocod_jax.cluster import mpi
 
 FAULTS = ['raise_in_thread', 'kill_rank', 'stall', 'shape', 'kill_at_step', 'sigterm_at_step',
           'kill_in_checkpoint']  # fmt: skip
@@ -102,4 +100,5 @@ def _main(argv):
 
 
 if __name__ == '__main__':
+  cocod_flags.define_main_flags()
   app.run(_main, flags_parser=main.parse_flags)

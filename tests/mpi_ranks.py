@@ -17,7 +17,6 @@ import sys
 # Before JAX starts: four CPU devices per process, and MPI threads that yield (as main.py does).
 os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=4'
 os.environ.setdefault('OMPI_MCA_mpi_yield_when_idle', '1')
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import ml_collections  # noqa: E402
 

@@ -8,12 +8,10 @@ still be that of the original values, with every staging. Run by tests/mpi_test.
 """
 
 import os
-import sys
 import threading
 
 # Two XLA CPU devices per process, before JAX starts: the two-worker case shards over them.
 os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=2'
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

@@ -1,4 +1,4 @@
-"""Tests of cocod_jax/config_args.py and the sweep runner cocod_jax/sweep.py.
+"""Tests of the sweep runner, the package cocod_jax/sweep/.
 
 The experiment file is tests/data/sweep/tiny.py: configs/test.py's run (seconds) as the cells of
 a sweep. Real runs happen once, in the module fixture `ran` (two training runs at once and one
@@ -15,10 +15,16 @@ import sys
 
 import pytest
 
-from cocod_jax import config_args
-from cocod_jax import sweep
+from cocod_jax import errors
+from cocod_jax import provenance
+from cocod_jax.sweep import local
+from cocod_jax.sweep import points as points_lib
+from cocod_jax.sweep import report
+from cocod_jax.sweep import runner
+from cocod_jax.sweep import slurm
+from cocod_jax.sweep import state as state_lib
 
-ROOT = sweep.ROOT
+ROOT = provenance.ROOT
 DATA = os.path.join(ROOT, 'tests', 'data', 'sweep')
 TINY = 'tests/data/sweep/tiny.py'
 ENV = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
@@ -56,90 +62,47 @@ def _golden(name, text):
     assert text == f.read(), f'{name} differs from the golden text (UPDATE_GOLDEN=1 rewrites it)'
 
 
-# --------------------------------------------------------------------------- config_args
-
-DEFAULTS = dict(algo='cocod_sgd', seed=0, lr=0.1, timing=False)
-
-
-def test_parse_defaults_and_types():
-  assert config_args.parse(None, DEFAULTS) == config_args.parse('', DEFAULTS)
-  a = config_args.parse(' algo=ssgd , seed=-3,lr=1e-3,timing=TRUE,', DEFAULTS)
-  assert (a.algo, a.seed, a.lr, a.timing) == ('ssgd', -3, 1e-3, True)
-  assert type(a.seed) is int and type(a.lr) is float
-  assert config_args.parse('lr=2', DEFAULTS).lr == 2.0
-  for text, value in (('true', True), ('1', True), ('false', False), ('0', False)):
-    assert config_args.parse(f'timing={text}', DEFAULTS).timing is value
-  with pytest.raises(dataclasses.FrozenInstanceError):
-    a.seed = 1
-
-
-@pytest.mark.parametrize(
-  'arg, message',
-  [
-    ('algoo=ssgd', "'algoo' is unknown; did you mean 'algo'? valid keys: algo, seed, lr, timing"),
-    ('seed=1.5', "seed='1.5' is invalid; allowed: an int"),
-    ('lr=fast', "lr='fast' is invalid; allowed: a float"),
-    ('timing=yes', "timing='yes' is invalid; allowed: a bool (true, false, 1 or 0)"),
-    ('seed=1,seed=2', "'seed' is given twice (seed=1, seed=2); give it once"),
-    ('seed', "'seed' is invalid; expected key=value items"),
-  ],
-)
-def test_parse_refuses(arg, message):
-  with pytest.raises(config_args.ConfigArgError) as e:
-    config_args.parse(arg, DEFAULTS)
-  assert message in str(e.value)
-  assert '\n' not in str(e.value)
-
-
-def test_parse_refuses_a_default_of_another_type():
-  with pytest.raises(TypeError, match='default xs=.*give the default one of these types'):
-    config_args.parse('', dict(xs=(1, 2)))
-
-
-def test_choice():
-  assert config_args.choice('algo', 'ssgd', ('ssgd', 'cocod_sgd')) == 'ssgd'
-  with pytest.raises(config_args.ConfigArgError) as e:
-    config_args.choice('algo', 'cocod', ('ssgd', 'cocod_sgd'))
-  assert str(e.value) == (
-    "config argument algo='cocod' is invalid; did you mean 'cocod_sgd'? allowed: ssgd, cocod_sgd"
-  )
-
-
 # --------------------------------------------------------------------------- expansion
 
 
 def test_slug():
-  assert sweep.slug('algo=cocod_sgd,task=c10_r18,scale=cpu,seed=0') == 'cocod_sgd.c10_r18.cpu.s0'
-  assert sweep.slug('algo=ssgd+ps,timing=true,fast=false') == 'ssgd+ps.timing.no_fast'
-  assert sweep.slug('seed=1', {'optimizer.learning_rate': 0.05}) == 's1.learning_rate-0.05'
-  assert sweep.slug('', {'optimizer.decay_epochs': (8, 9)}) == 'decay_epochs-8_9'
-  assert sweep.slug('path=/a b/c*') == 'a_b_c'
-  assert sweep.slug('') == 'default'
-  assert len(sweep.slug('name=' + 'x' * 500)) == sweep.SLUG_MAX
+  assert (
+    points_lib.slug('algo=cocod_sgd,task=c10_r18,scale=cpu,seed=0') == 'cocod_sgd.c10_r18.cpu.s0'
+  )
+  assert points_lib.slug('algo=ssgd+ps,timing=true,fast=false') == 'ssgd+ps.timing.no_fast'
+  assert points_lib.slug('seed=1', {'optimizer.learning_rate': 0.05}) == 's1.learning_rate-0.05'
+  assert points_lib.slug('', {'optimizer.decay_epochs': (8, 9)}) == 'decay_epochs-8_9'
+  assert points_lib.slug('path=/a b/c*') == 'a_b_c'
+  assert points_lib.slug('') == 'default'
+  assert len(points_lib.slug('name=' + 'x' * 500)) == points_lib.SLUG_MAX
 
 
 def test_hash_leaves_out_non_result_fields():
   config = dict(seed=0, data_dir='', backend='mpi', comm=dict(timeout_s=600.0, staging='host'))
   config['timeline'] = dict(sample_every=10)
-  h = sweep.config_hash(config)
+  h = points_lib.config_hash(config)
   assert len(h) == 8 and int(h, 16) >= 0
   same = json.loads(json.dumps(config))
   same.update(data_dir='/data')
   same['comm']['timeout_s'] = 5.0
   same['timeline']['sample_every'] = 1
-  assert sweep.config_hash(same) == h
-  assert sweep.config_hash(dict(config, seed=1)) != h
-  assert sweep.config_hash(dict(config, staging='device')) != h
-  assert sweep.config_hash(config, '1gbit') != h  # The link changes the timings of MPI runs ...
-  assert sweep.config_hash(dict(config, backend='one_host'), '1gbit') == sweep.config_hash(
+  assert points_lib.config_hash(same) == h
+  assert points_lib.config_hash(dict(config, seed=1)) != h
+  assert points_lib.config_hash(dict(config, staging='device')) != h
+  assert (
+    points_lib.config_hash(config, '1gbit') != h
+  )  # The link changes the timings of MPI runs ...
+  assert points_lib.config_hash(
+    dict(config, backend='one_host'), '1gbit'
+  ) == points_lib.config_hash(
     dict(config, backend='one_host')
   )  # ... and nothing of a one-host run.
-  assert sweep.config_hash({'xs': (1, 2)}) == sweep.config_hash({'xs': [1, 2]})
+  assert points_lib.config_hash({'xs': (1, 2)}) == points_lib.config_hash({'xs': [1, 2]})
 
 
 def test_expand(tmp_path):
-  points = sweep.expand(TINY, str(tmp_path))
-  again = sweep.expand(TINY, str(tmp_path))
+  points = points_lib.expand(TINY, str(tmp_path))
+  again = points_lib.expand(TINY, str(tmp_path))
   assert [dataclasses.astuple(p) for p in points] == [dataclasses.astuple(p) for p in again]
   assert [p.slug for p in points] == [
     's0',
@@ -150,7 +113,7 @@ def test_expand(tmp_path):
   assert points[0].dir == os.path.join(str(tmp_path), 'points', f's0-{points[0].hash}')
   assert points[1].config['optimizer']['learning_rate'] == 0.05
   assert points[2].texts == {'dataset.name': 'npz', 'dataset.path': 'tests/data/sweep/missing.npz'}
-  assert sweep.command(points[1]) == [
+  assert points_lib.command(points[1]) == [
     sys.executable,
     '-m',
     'cocod_jax.main',
@@ -162,52 +125,52 @@ def test_expand(tmp_path):
 
 
 def test_expand_sweep_wide_overrides_and_mpi_commands(tmp_path):
-  one_host, mpi = sweep.expand(
+  one_host, mpi = points_lib.expand(
     f'{TINY}:case=mixed', str(tmp_path), {'data_dir': '/data', 'optimizer.momentum': '0.5'},
     overrides_as_text=True,
   )  # fmt: skip
   assert one_host.texts == {'data_dir': '/data', 'optimizer.momentum': '0.5'}
   assert one_host.config['optimizer']['momentum'] == 0.5
   assert mpi.texts['optimizer.decay_epochs'] == '(1,)' and mpi.overrides['data_dir'] == '/data'
-  assert sweep.command(mpi)[:4] == ['launch/mpirun.sh', '-np', '2', sys.executable]
-  assert sweep.command(mpi, 'slurm')[:5] == ['srun', '--mpi=pmix', '-n', '2', sys.executable]
-  assert sweep.command(one_host, 'slurm')[0] == sys.executable
-  (_, timed) = sweep.expand(f'{TINY}:case=mixed', str(tmp_path), link_rate='1gbit')
-  assert sweep.command(timed)[:4] == ['launch/simnet.sh', '--rate', '1gbit', '--']
+  assert points_lib.command(mpi)[:4] == ['launch/mpirun.sh', '-np', '2', sys.executable]
+  assert points_lib.command(mpi, 'slurm')[:5] == ['srun', '--mpi=pmix', '-n', '2', sys.executable]
+  assert points_lib.command(one_host, 'slurm')[0] == sys.executable
+  (_, timed) = points_lib.expand(f'{TINY}:case=mixed', str(tmp_path), link_rate='1gbit')
+  assert points_lib.command(timed)[:4] == ['launch/simnet.sh', '--rate', '1gbit', '--']
   assert timed.hash != mpi.hash
   # 16 workers in ranks of 8 (mpi.workers_per_rank): 2 MPI processes.
-  (_, ranks) = sweep.expand(f'{TINY}:case=mixed', str(tmp_path), {'num_workers': 16,
-                            'mpi.workers_per_rank': 8, 'batch_size': 4})  # fmt: skip
-  assert sweep.command(ranks)[:3] == ['launch/mpirun.sh', '-np', '2']
-  assert sweep.command(ranks, 'slurm')[:4] == ['srun', '--mpi=pmix', '-n', '2']
+  (_, ranks) = points_lib.expand(f'{TINY}:case=mixed', str(tmp_path), {'num_workers': 16,
+                                 'mpi.workers_per_rank': 8, 'batch_size': 4})  # fmt: skip
+  assert points_lib.command(ranks)[:3] == ['launch/mpirun.sh', '-np', '2']
+  assert points_lib.command(ranks, 'slurm')[:4] == ['srun', '--mpi=pmix', '-n', '2']
 
 
 def test_duplicates_are_rejected(tmp_path):
-  with pytest.raises(sweep.SweepError) as e:
-    sweep.expand(f'{TINY}:case=dup', str(tmp_path))
+  with pytest.raises(errors.UsageError) as e:
+    points_lib.expand(f'{TINY}:case=dup', str(tmp_path))
   assert e.value.problems == [
     "point 2 (s0) duplicates point 0: config_arg='seed=0', overrides={}; add each point once"
   ]
 
 
 def test_unknown_override_names_the_field(tmp_path):
-  with pytest.raises(sweep.SweepError) as e:
-    sweep.expand(f'{TINY}:case=unknown', str(tmp_path))
+  with pytest.raises(errors.UsageError) as e:
+    points_lib.expand(f'{TINY}:case=unknown', str(tmp_path))
   assert (
     "override optimizer.learnin_rate=0.1: the config has no field 'optimizer.learnin_rate'; "
     "did you mean 'optimizer.learning_rate'?"
   ) in str(e.value)
-  with pytest.raises(sweep.SweepError, match='no such experiment file'):
-    sweep.expand('tests/data/sweep/nothing.py', str(tmp_path))
-  with pytest.raises(sweep.SweepError, match="case='nope' is invalid; allowed: run, dup"):
-    sweep.expand(f'{TINY}:case=nope', str(tmp_path))
-  with pytest.raises(sweep.SweepError) as e:
-    sweep.expand(TINY, str(tmp_path), {'optimizer.momentum': 'high'})
+  with pytest.raises(errors.UsageError, match='no such experiment file'):
+    points_lib.expand('tests/data/sweep/nothing.py', str(tmp_path))
+  with pytest.raises(errors.UsageError, match="case='nope' is invalid; allowed: run, dup"):
+    points_lib.expand(f'{TINY}:case=nope', str(tmp_path))
+  with pytest.raises(errors.UsageError) as e:
+    points_lib.expand(TINY, str(tmp_path), {'optimizer.momentum': 'high'})
   assert e.value.problems == [  # Once, not once per point.
     "every point: override optimizer.momentum='high' is invalid; allowed: a value of type float"
   ]
-  with pytest.raises(sweep.SweepError, match='could not convert string to float'):
-    sweep.expand(TINY, str(tmp_path), {'optimizer.momentum': 'high'}, overrides_as_text=True)
+  with pytest.raises(errors.UsageError, match='could not convert string to float'):
+    points_lib.expand(TINY, str(tmp_path), {'optimizer.momentum': 'high'}, overrides_as_text=True)
 
 
 def test_an_invalid_point_refuses_the_sweep_and_creates_nothing(tmp_path):
@@ -232,8 +195,8 @@ def test_an_invalid_point_refuses_the_sweep_and_creates_nothing(tmp_path):
 
 def test_slug_and_hash_are_stable_across_processes(tmp_path):
   code = (
-    'import json, sys; from cocod_jax import sweep; '
-    'print(json.dumps([(p.slug, p.hash, p.dir) for p in sweep.expand(*sys.argv[1:])]))'
+    'import json, sys; from cocod_jax.sweep import points as points_lib; '
+    'print(json.dumps([(p.slug, p.hash, p.dir) for p in points_lib.expand(*sys.argv[1:])]))'
   )
   p = subprocess.run(
     [sys.executable, '-c', code, TINY, str(tmp_path)],
@@ -244,16 +207,16 @@ def test_slug_and_hash_are_stable_across_processes(tmp_path):
     timeout=120,
   )
   assert p.returncode == 0, p.stderr
-  here = [[q.slug, q.hash, q.dir] for q in sweep.expand(TINY, str(tmp_path))]
+  here = [[q.slug, q.hash, q.dir] for q in points_lib.expand(TINY, str(tmp_path))]
   assert json.loads(p.stdout) == here
 
 
 def test_parallel_is_refused_for_mpi_points_and_link_rate_needs_root(tmp_path, capsys, monkeypatch):
-  sweep.run_sweep(f'{TINY}:case=mixed', str(tmp_path / 'w'), parallel=4, dry_run=True)
+  runner.run_sweep(f'{TINY}:case=mixed', str(tmp_path / 'w'), parallel=4, dry_run=True)
   assert '--parallel=4 ignored: this sweep has MPI points (timing)' in capsys.readouterr().out
-  monkeypatch.setattr(sweep.os, 'geteuid', lambda: 1000)
-  with pytest.raises(sweep.SweepError, match='--link_rate=1gbit needs root'):
-    sweep.run_sweep(f'{TINY}:case=mixed', str(tmp_path / 'w'), link_rate='1gbit')
+  monkeypatch.setattr(runner.os, 'geteuid', lambda: 1000)
+  with pytest.raises(errors.UsageError, match='--link_rate=1gbit needs root'):
+    runner.run_sweep(f'{TINY}:case=mixed', str(tmp_path / 'w'), link_rate='1gbit')
   assert not (tmp_path / 'w').exists()
 
 
@@ -268,7 +231,7 @@ def _write(path, obj):
 
 @pytest.fixture(name='point')
 def _point(tmp_path):
-  return sweep.expand(TINY, str(tmp_path))[0]
+  return points_lib.expand(TINY, str(tmp_path))[0]
 
 
 def _results(config, status='completed'):
@@ -288,20 +251,20 @@ def _dead_pid():
 def test_states(point, tmp_path, monkeypatch):
   d = point.dir
   host = socket.gethostname()
-  assert sweep.state(point, HEAD) == sweep.State('PENDING')
+  assert state_lib.state(point, HEAD) == state_lib.State('PENDING')
   _write(f'{d}/point.json', dict(hash=point.hash, commit=HEAD))
-  assert sweep.state(point, HEAD) == sweep.State('INCOMPLETE', stale=False)
-  assert sweep.state(point, 'another').stale is True
-  assert sweep.state(point, 'unknown').stale is False  # No git: nothing to compare with.
+  assert state_lib.state(point, HEAD) == state_lib.State('INCOMPLETE', stale=False)
+  assert state_lib.state(point, 'another').stale is True
+  assert state_lib.state(point, 'unknown').stale is False  # No git: nothing to compare with.
   _write(f'{d}/lock', dict(pid=os.getpid(), host=host))
-  assert sweep.state(point, HEAD).name == 'RUNNING'
+  assert state_lib.state(point, HEAD).name == 'RUNNING'
   _write(f'{d}/lock', dict(pid=_dead_pid(), child_pid=_dead_pid(), host=host))
-  assert sweep.state(point, HEAD).name == 'INCOMPLETE'
+  assert state_lib.state(point, HEAD).name == 'INCOMPLETE'
   _write(f'{d}/lock', dict(pid=os.getpid(), host='elsewhere'))  # Cannot be checked from here.
-  assert sweep.state(point, HEAD).name == 'INCOMPLETE'
+  assert state_lib.state(point, HEAD).name == 'INCOMPLETE'
   _write(f'{d}/lock', dict(pid=None, host=host, slurm_job_id='77_3'))
-  monkeypatch.setattr(sweep.shutil, 'which', lambda name: None)  # No squeue: trust the lock.
-  assert sweep.state(point, HEAD) == sweep.State('RUNNING', False, 'Slurm job 77_3')
+  monkeypatch.setattr(state_lib.shutil, 'which', lambda name: None)  # No squeue: trust the lock.
+  assert state_lib.state(point, HEAD) == state_lib.State('RUNNING', False, 'Slurm job 77_3')
   bin_dir = tmp_path / 'bin'
   bin_dir.mkdir()
   squeue = bin_dir / 'squeue'
@@ -311,36 +274,36 @@ def test_states(point, tmp_path, monkeypatch):
   squeue.chmod(0o755)
   monkeypatch.undo()
   monkeypatch.setenv('PATH', f'{bin_dir}:{os.environ["PATH"]}')
-  assert sweep.state(point, HEAD).name == 'INCOMPLETE'  # Slurm no longer knows the job.
+  assert state_lib.state(point, HEAD).name == 'INCOMPLETE'  # Slurm no longer knows the job.
   os.remove(f'{d}/lock')
   _write(f'{d}/status.json', dict(rc=1))
-  assert sweep.state(point, HEAD) == sweep.State('FAILED', False, 'exit status 1')
+  assert state_lib.state(point, HEAD) == state_lib.State('FAILED', False, 'exit status 1')
   _write(f'{d}/status.json', dict(rc=75))
-  assert sweep.state(point, HEAD).name == 'INCOMPLETE'  # Preempted: a rerun resumes.
+  assert state_lib.state(point, HEAD).name == 'INCOMPLETE'  # Preempted: a rerun resumes.
   _write(f'{d}/results.json', _results(point.config, 'diverged'))
-  assert sweep.state(point, HEAD).name == 'DIVERGED'
+  assert state_lib.state(point, HEAD).name == 'DIVERGED'
   _write(f'{d}/results.json', _results(point.config))
-  assert sweep.state(point, HEAD) == sweep.State('DONE', False)
+  assert state_lib.state(point, HEAD) == state_lib.State('DONE', False)
   broken = _results(point.config)
   del broken['epochs'][0]['test_accuracy']  # Rerun it (--retry_failed) rather than plot it.
   _write(f'{d}/results.json', broken)
-  s = sweep.state(point, HEAD)
+  s = state_lib.state(point, HEAD)
   assert s.name == 'FAILED' and "epochs[0] has no 'test_accuracy'" in s.detail
   moved = dict(point.config, data_dir='/elsewhere')  # Left out of the hash: still DONE.
   _write(f'{d}/results.json', _results(moved))
-  assert sweep.state(point, HEAD).name == 'DONE'
+  assert state_lib.state(point, HEAD).name == 'DONE'
   _write(f'{d}/results.json', _results(dict(point.config, seed=5)))
-  s = sweep.state(point, HEAD)
+  s = state_lib.state(point, HEAD)
   assert s.name == 'MISMATCH' and 'differs at seed' in s.detail
   _write(f'{d}/point.json', dict(hash='00000000', commit=HEAD))
-  assert sweep.state(point, HEAD).name == 'MISMATCH'
+  assert state_lib.state(point, HEAD).name == 'MISMATCH'
 
 
 def test_which_points_run(point):
-  to_run = sweep._to_run  # pylint: disable=protected-access
+  to_run = state_lib.to_run
 
   def runs(name, stale=None, retry_failed=False, rerun_stale=False):
-    states = {point.dir: sweep.State(name, stale)}
+    states = {point.dir: state_lib.State(name, stale)}
     return bool(to_run([point, point], states, retry_failed, rerun_stale))
 
   assert runs('PENDING') and runs('INCOMPLETE') and runs('INCOMPLETE', stale=True)
@@ -349,15 +312,15 @@ def test_which_points_run(point):
   assert runs('DONE', stale=True, rerun_stale=True) and not runs('DONE', False, rerun_stale=True)
   assert not runs('RUNNING', stale=True, rerun_stale=True)
   assert not runs('MISMATCH', retry_failed=True, rerun_stale=True)
-  states = {point.dir: sweep.State('PENDING')}
+  states = {point.dir: state_lib.State('PENDING')}
   assert len(to_run([point, point], states, False, False)) == 1  # One run per directory.
 
 
 def test_points_with_equal_hashes_share_a_directory(tmp_path):
-  first = sweep.expand(TINY, str(tmp_path))[0]
+  first = points_lib.expand(TINY, str(tmp_path))[0]
   os.makedirs(first.dir)
   os.rename(first.dir, first.dir.replace('/s0-', '/other-'))
-  again = sweep.expand(TINY, str(tmp_path))[0]
+  again = points_lib.expand(TINY, str(tmp_path))[0]
   assert again.dir == first.dir.replace('/s0-', '/other-')
 
 
@@ -374,7 +337,7 @@ def test_table_renderer_golden():
     dict(dir='/w/points/local_sgd.c10_r18.cpu.s1-44444444', state='PENDING', stale=None,
          wall_s=None, metrics=None, detail=''),
   ]  # fmt: skip
-  _golden('table.golden.md', sweep.render(records, HEAD))
+  _golden('table.golden.md', report.render(records, HEAD))
 
 
 # --------------------------------------------------------------------------- Slurm
@@ -389,15 +352,15 @@ def _normalized(text, points, workdir):
 
 def test_slurm_script_and_pending_golden(tmp_path, capsys):
   config = f'{TINY}:case=mixed'
-  sweep.run_sweep(config, str(tmp_path), launcher='slurm', dry_run=True, parallel=3)
+  runner.run_sweep(config, str(tmp_path), launcher='slurm', dry_run=True, parallel=3)
   printed = capsys.readouterr().out
   assert not tmp_path.joinpath('sweeps').exists()  # A dry run writes nothing.
-  sweep.run_sweep(
+  runner.run_sweep(
     config, str(tmp_path), launcher='slurm', slurm_args=('--time=01:00:00',), timeout_s=600
   )
   out = tmp_path / 'sweeps' / 'tiny.mixed'
   assert 'submit with: sbatch ' + str(out / 'sweep.sbatch') in capsys.readouterr().out
-  points = sweep.expand(config, str(tmp_path))
+  points = points_lib.expand(config, str(tmp_path))
   script = (out / 'sweep.sbatch').read_text()
   pending = json.loads((out / 'pending.json').read_text())
   pending['commit'] = '<COMMIT>'
@@ -413,19 +376,19 @@ def test_slurm_script_and_pending_golden(tmp_path, capsys):
 
 def test_rerun_stale_moves_the_old_directory_aside(tmp_path):
   config = f'{TINY}:case=missing'
-  (point,) = sweep.expand(config, str(tmp_path))
+  (point,) = points_lib.expand(config, str(tmp_path))
   _write(f'{point.dir}/point.json', dict(hash=point.hash, commit='0ld' * 8))
   _write(f'{point.dir}/results.json', _results(point.config))
-  (record,) = sweep.run_sweep(config, str(tmp_path))
+  (record,) = runner.run_sweep(config, str(tmp_path))
   assert record['state'] == 'DONE' and record['stale'] is True  # Kept, not rerun.
-  (record,) = sweep.run_sweep(config, str(tmp_path), rerun_stale=True)
+  (record,) = runner.run_sweep(config, str(tmp_path), rerun_stale=True)
   assert record['state'] == 'FAILED' and record['stale'] is False  # Its dataset is missing.
   assert os.path.exists(f'{point.dir}.stale-0ld0ld0l/results.json')
 
 
 def test_timeout_fails_the_point(tmp_path):
-  (record,) = sweep.run_sweep(f'{TINY}:case=missing', str(tmp_path), timeout_s=0.3)
-  assert record['state'] == 'FAILED' and record['rc'] == sweep.EXIT_TIMED_OUT
+  (record,) = runner.run_sweep(f'{TINY}:case=missing', str(tmp_path), timeout_s=0.3)
+  assert record['state'] == 'FAILED' and record['rc'] == local.EXIT_TIMED_OUT
   status = json.load(open(os.path.join(record['dir'], 'status.json')))
   assert status['timed_out'] is True and status['log_tail'][0].startswith('=== ')
   assert not os.path.exists(os.path.join(record['dir'], 'lock'))
@@ -435,18 +398,18 @@ def test_timeout_fails_the_point(tmp_path):
 def _ran(tmp_path_factory):
   """One sweep of two real runs and one the entry point refuses (missing dataset file)."""
   workdir = tmp_path_factory.mktemp('sweep') / 'w'
-  heads = [sweep.git_head()]
+  heads = [provenance.commit()]
   p = _cli(f'--config={TINY}', f'--workdir={workdir}', '--parallel=2', timeout=300)
-  return workdir, p, heads + [sweep.git_head()]  # Other work may commit meanwhile.
+  return workdir, p, heads + [provenance.commit()]  # Other work may commit meanwhile.
 
 
 def test_a_failing_point_leaves_the_others_done(ran):
   workdir, p, heads = ran
   assert p.returncode == 1, p.stdout + p.stderr
-  points = sweep.expand(TINY, str(workdir))
+  points = points_lib.expand(TINY, str(workdir))
   info = json.load(open(os.path.join(points[1].dir, 'point.json')))
   assert info['commit'] in heads
-  records = sweep.collect(points, info['commit'])
+  records = state_lib.collect(points, info['commit'])
   assert [r['state'] for r in records] == ['DONE', 'DONE', 'FAILED']
   assert [r['stale'] for r in records] == [False, False, False]
   assert records[0]['results']['status'] == 'completed'
@@ -456,7 +419,7 @@ def test_a_failing_point_leaves_the_others_done(ran):
   assert any('does not exist' in line for line in status['log_tail'])
   assert 'log_tail' not in json.load(open(os.path.join(points[0].dir, 'status.json')))
   assert info['hash'] == points[1].hash
-  assert info['command'] == sweep.command(points[1]) and info['config'] == points[1].config
+  assert info['command'] == points_lib.command(points[1]) and info['config'] == points[1].config
   assert info['overrides'] == {'optimizer.learning_rate': 0.05}
   for p_ in points:
     assert not os.path.exists(os.path.join(p_.dir, 'lock'))
@@ -481,18 +444,18 @@ def test_second_invocation_launches_nothing(ran):
 def test_dry_run_and_report_only(ran, capsys, tmp_path):
   workdir = ran[0]
   before = _snapshot(workdir)
-  records = sweep.run_sweep(TINY, str(workdir), dry_run=True, retry_failed=True)
+  records = runner.run_sweep(TINY, str(workdir), dry_run=True, retry_failed=True)
   out = capsys.readouterr().out
   assert [r['state'] for r in records] == ['DONE', 'DONE', 'FAILED']
   assert 'run ' + os.path.basename(records[2]['dir']) + '  FAILED' in out  # --retry_failed.
   assert '--config.dataset.path=tests/data/sweep/missing.npz' in out
   assert _snapshot(workdir) == before
-  sweep.run_sweep(TINY, str(tmp_path / 'fresh'), dry_run=True)
+  runner.run_sweep(TINY, str(tmp_path / 'fresh'), dry_run=True)
   assert not (tmp_path / 'fresh').exists()
   md = workdir / 'sweeps' / 'tiny' / 'sweep.md'
   text = md.read_text()
   md.unlink()
-  records = sweep.run_sweep(TINY, str(workdir), report_only=True)
+  records = runner.run_sweep(TINY, str(workdir), report_only=True)
   assert md.read_text() == text
   assert records[1]['results']['final'] == records[1]['metrics']
   assert {k: v for k, v in _snapshot(workdir / 'points').items()} == {
@@ -502,16 +465,16 @@ def test_dry_run_and_report_only(ran, capsys, tmp_path):
 
 def test_run_index_runs_one_pending_point(ran, monkeypatch, capsys):
   workdir = ran[0]
-  sweep.run_sweep(TINY, str(workdir), launcher='slurm', retry_failed=True)
+  runner.run_sweep(TINY, str(workdir), launcher='slurm', retry_failed=True)
   pending = json.loads((workdir / 'sweeps' / 'tiny' / 'pending.json').read_text())
   assert [e['state'] for e in pending['points']] == ['FAILED']
   assert '--retry_failed' in (workdir / 'sweeps' / 'tiny' / 'sweep.sbatch').read_text()
-  with pytest.raises(sweep.SweepError, match='--run_index=1 is invalid; allowed: 0..0'):
-    sweep.run_task(TINY, str(workdir), 1, retry_failed=True)
+  with pytest.raises(errors.UsageError, match='--run_index=1 is invalid; allowed: 0..0'):
+    slurm.run_task(TINY, str(workdir), 1, retry_failed=True)
   monkeypatch.setenv('SLURM_ARRAY_JOB_ID', '77')
   monkeypatch.setenv('SLURM_ARRAY_TASK_ID', '0')
-  assert sweep.run_task(TINY, str(workdir), 0) == 1  # FAILED, and not to be retried.
-  assert sweep.run_task(TINY, str(workdir), 0, retry_failed=True) == 1
+  assert slurm.run_task(TINY, str(workdir), 0) == 1  # FAILED, and not to be retried.
+  assert slurm.run_task(TINY, str(workdir), 0, retry_failed=True) == 1
   point = pending['points'][0]['dir']
   info = json.load(open(os.path.join(point, 'point.json')))
   assert info['slurm_job_id'] == '77_0' and info['launcher'] == 'slurm' and info['attempt'] == 2

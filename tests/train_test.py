@@ -129,6 +129,17 @@ def test_cocod_differs_from_local_sgd(tmp_path):
   assert np.max(np.abs(a[0] - b[0])) > 1e-4
 
 
+def test_average_momentum_changes_local_sgd(tmp_path):
+  # Local-SGD with k = 3, one step an epoch, 3 rounds: averaging the momentum with the parameters
+  # (optax's trace, kept in the train state) ends elsewhere than keeping it local.
+  path, _, _ = _tiny_npz(tmp_path)
+  c = _config(path, 'local_sgd', 3, 10, 9, 3)
+  local = _run(c, tmp_path / 'local')
+  c.algorithm.average_momentum = True
+  averaged = _run(c, tmp_path / 'averaged')
+  assert np.all(np.isfinite(averaged[0])) and np.max(np.abs(averaged[0] - local[0])) > 1e-5
+
+
 def test_learning_rate_schedule():
   c = test_config.get_config()
   c.num_workers = 4

@@ -5,3 +5,6 @@ for their devices (`compute_grads`, `apply_update`, `local_step`, `skip_step`, `
 `correct`, `eval_step`) and the collectives `start` / `wait` / `weighted_mean` of a weighted
 average; `background.py` holds the thread that runs MPI collectives beside the training steps.
 """
+
+# The names of `config.backend`: the modules of this package that hold a cluster.
+BACKENDS = ('one_host', 'mpi')

@@ -41,8 +41,6 @@ control traffic (pre-flight, metrics, barriers) on `self.ctl`, another `Clone()`
 `abort_on_error` turns any failure on one rank into an `MPI_Abort` that ends every rank.
 """
 
-import hashlib
-import json
 import sys
 import time
 import traceback
@@ -51,6 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from cocod_jax import config_files
 from cocod_jax.cluster import background
 from cocod_jax.cluster import one_host
 
@@ -395,9 +394,8 @@ def local_devices(world) -> list:
 
 
 def config_hash(config) -> str:
-  """A hash of the resolved config, the same on every rank that was launched the same way."""
-  text = json.dumps(config.to_dict(), sort_keys=True, default=str)
-  return hashlib.sha256(text.encode()).hexdigest()[:16]
+  """A hash of the whole resolved config, the same on every rank that was launched the same way."""
+  return config_files.config_hash(config.to_dict(), digits=16)
 
 
 def world():

@@ -1,10 +1,19 @@
 """The artefacts themselves: each a function of the flags that runs its sweep and renders it.
 
-The entry points (`table1.py`, ...) are a few lines around these; `paper.py` calls them all.
-Each returns 0 when its sweep finished (every point done or diverged) and 1 otherwise; a sweep
-that did not run (a dry run, a Slurm submission) renders nothing and returns 0.
+Artefacts of the same shape are one function with an argument: `table(1)` and `table(2)`,
+`loss_figure(2)` and `loss_figure(5)`, `time_figure(3)` and `time_figure(6)`; `ARTEFACTS`
+names each with what it prints, and `main(name)` is the entry point of every one of them (the
+modules `table1.py` ... `fig6.py`, `paper.py` keep the command names users know). Each returns 0
+when its sweep finished (every point done or diverged) and 1 otherwise; a sweep that did not
+run (a dry run, a Slurm submission) renders nothing and returns 0.
 """
 
+import functools
+import sys
+
+from absl import app
+
+from cocod_jax import flags as cocod_flags
 from cocod_jax.experiments import common
 from cocod_jax.experiments import published
 from configs import figure4
@@ -35,7 +44,7 @@ def _finished(points) -> int:
 
 def table(number: int) -> int:
   exp, paper = (table1, published.TABLE1) if number == 1 else (table2, published.TABLE2)
-  points = common.run(f'configs/table{number}.py:scale={FLAGS.scale},seeds={FLAGS.seeds}')
+  points = common.run(exp, f'scale={FLAGS.scale},seeds={FLAGS.seeds}')
   if points is None:  # A dry run or a Slurm submission: the runner said what it would do.
     return 0
   n = _workers(points)
@@ -55,7 +64,7 @@ def table(number: int) -> int:
 def loss_figure(number: int) -> int:
   """Figures 2 and 5: training loss against epochs (the runs of Tables 1 and 2)."""
   table_number, exp = (1, table1) if number == 2 else (2, table2)
-  points = common.run(f'configs/table{table_number}.py:scale={FLAGS.scale},seeds={FLAGS.seeds}')
+  points = common.run(exp, f'scale={FLAGS.scale},seeds={FLAGS.seeds}')
   if points is None:  # A dry run or a Slurm submission: the runner said what it would do.
     return 0
   n = _workers(points)
@@ -113,8 +122,8 @@ def loss_figure(number: int) -> int:
 def time_figure(number: int) -> int:
   """Figures 3 and 6: accuracy against measured training time (MPI, timing runs)."""
   table_number, exp = (1, table1) if number == 3 else (2, table2)
-  arg = f'configs/table{table_number}.py:scale={FLAGS.scale},seeds={FLAGS.seeds},timing=true'
-  points = common.run(arg, timing=True)
+  arg = f'scale={FLAGS.scale},seeds={FLAGS.seeds},timing=true'
+  points = common.run(exp, arg, timing=True)
   if points is None:  # A dry run or a Slurm submission: the runner said what it would do.
     return 0
   setting = 'homogeneous' if number == 3 else 'heterogeneous'
@@ -140,10 +149,38 @@ def time_figure(number: int) -> int:
 def speedup_figure() -> int:
   """Figure 4: speedup against workers, measured, with the Section 4.2 model beside it."""
   workers = '1-2' if FLAGS.scale != 'paper' else '1;2;4;8;16'
-  points = common.run(f'configs/figure4.py:scale={FLAGS.scale},workers={workers}', timing=True)
+  points = common.run(figure4, f'scale={FLAGS.scale},workers={workers}', timing=True)
   if points is None:  # A dry run or a Slurm submission: the runner said what it would do.
     return 0
   text, data = common.speedup(points, figure4.ALGOS, FLAGS.link_rate or 'no simulated link')
   print(text)
   common.write('fig4', text, {**data, **common.provenance(points, 'mpi')})
   return _finished(points)
+
+
+def paper() -> int:
+  """Every artefact in order (Figures 2 and 5 reuse the tables' runs); 0 when all finished."""
+  names = ('table1', 'table2', 'fig2', 'fig5', 'fig3', 'fig6', 'fig4')
+  return max(ARTEFACTS[name]() for name in names)
+
+
+# name -> the function that makes it (what each prints: its docstring).
+ARTEFACTS = {
+  **{f'table{n}': functools.partial(table, n) for n in (1, 2)},
+  **{f'fig{n}': functools.partial(loss_figure, n) for n in (2, 5)},
+  **{f'fig{n}': functools.partial(time_figure, n) for n in (3, 6)},
+  'fig4': speedup_figure,
+  'paper': paper,
+}
+
+
+def main(name: str) -> None:
+  """The entry point of artefact `name`: defines the flags, runs it, exits with its status."""
+  make = ARTEFACTS[name]
+  cocod_flags.define_experiment_flags()
+
+  def run(argv):
+    del argv
+    sys.exit(make())
+
+  app.run(run)

@@ -15,36 +15,19 @@ import os
 import platform
 import socket
 import statistics
-import subprocess
-import sys
 from typing import Any
 
-from absl import flags
 from absl import logging
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
+from cocod_jax import errors
+from cocod_jax import files
+from cocod_jax import flags as cocod_flags
+from cocod_jax import provenance as provenance_lib
+from cocod_jax import sweep
+from cocod_jax import timeline
+from cocod_jax.experiments import published
 
-from cocod_jax import files  # noqa: E402
-from cocod_jax import timeline  # noqa: E402
-from cocod_jax.experiments import published  # noqa: E402
-
-flags.DEFINE_string('workdir', 'runs/paper', 'Where the points and the artefacts go.')
-flags.DEFINE_enum('scale', 'cpu', ['paper', 'cpu', 'smoke'], 'configs/scales.py.')
-flags.DEFINE_integer('seeds', 1, 'Seeds per cell.')
-flags.DEFINE_enum('launcher', 'local', ['local', 'slurm'], 'Run here, or write a Slurm array.')
-flags.DEFINE_integer('parallel', 1, 'Points at once (accuracy-only sweeps).')
-flags.DEFINE_bool('dry_run', False, 'Print the states and commands; write nothing.')
-flags.DEFINE_bool('report_only', False, 'Render from what is on disk; run nothing.')
-flags.DEFINE_bool('retry_failed', False, 'Run FAILED points again.')
-flags.DEFINE_string('data_dir', '', 'TFDS data dir for CIFAR (paper scale).')
-flags.DEFINE_string(
-  'link_rate',
-  '',
-  'Timing artefacts: run MPI points on the simulated link at '
-  'this rate (e.g. 1gbit; needs root); empty: the real network.',
-)
-FLAGS = flags.FLAGS
+FLAGS = cocod_flags.FLAGS  # cocod_flags.define_experiment_flags() defines what is read here.
 
 MARGIN = 0.5  # Accuracy points: the paper's parity claim, within half a point of S-SGD.
 COLORS = {
@@ -77,11 +60,6 @@ def parse_arg(text: str) -> dict:
   return dict(part.split('=', 1) for part in text.split(',') if part)
 
 
-def commit() -> str:
-  p = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=ROOT, capture_output=True, text=True)
-  return p.stdout.strip() if p.returncode == 0 else 'unknown'
-
-
 def hardware() -> str:
   import jax  # pylint: disable=g-import-not-at-top
 
@@ -92,14 +70,13 @@ def hardware() -> str:
   )
 
 
-def run(config_arg: str, timing: bool = False) -> list[Point] | None:
-  """Completes the sweep of `config_arg` (`configs/X.py:ARG`) and returns its points.
+def run(experiment, arg: str, timing: bool = False) -> list[Point] | None:
+  """Completes the sweep of the experiment file `experiment` (a module of configs/) with the
+  sweep argument `arg`, and returns its points.
 
-  None when the sweep did not finish (a dry run, a Slurm submission, failed points): the
-  runner has printed why, and the artefact is not rendered.
+  None when the sweep did not run (a dry run, a Slurm submission): the runner has printed what
+  it would do, and the artefact is not rendered.
   """
-  from cocod_jax import sweep  # pylint: disable=g-import-not-at-top
-
   logging.set_verbosity(logging.WARNING)  # JAX's backend probing is not the user's business.
   options = dict(
     workdir=FLAGS.workdir,
@@ -112,11 +89,9 @@ def run(config_arg: str, timing: bool = False) -> list[Point] | None:
     overrides={'data_dir': FLAGS.data_dir} if FLAGS.data_dir else {},
   )
   try:
-    records = sweep.run_sweep(config_arg, **options)
-  except sweep.SweepError as e:  # Invalid points: every reason, nothing created.
-    for problem in e.problems:
-      print(f'error: {problem}', file=sys.stderr)
-    sys.exit(2)
+    records = sweep.run_sweep(f'{experiment.__file__}:{arg}', **options)
+  except errors.UsageError as e:  # Invalid points: every reason, nothing created.
+    errors.fail(e)
   if FLAGS.dry_run or FLAGS.launcher == 'slurm':
     return None
   return [
@@ -141,7 +116,7 @@ def write(name: str, text: str | None = None, data: Any = None):
 def provenance(points: list[Point], backend: str) -> dict:
   return {
     'scale': FLAGS.scale,
-    'commit': commit(),
+    'commit': provenance_lib.commit(),
     'hardware': hardware(),
     'backend': backend,
     'points': [
@@ -200,7 +175,8 @@ def parity(cell: dict, base: dict) -> tuple[str, float | None]:
   few to tell). The binomial part treats the two cells' test errors as independent, which
   overstates the noise of two models on one test set: the verdict leans to inconclusive, never
   to a pass or fail the data cannot carry. With no noise estimate at all (one seed, test-set
-  size unknown) the verdict rests on the means alone and says so."""
+  size unknown) the verdict rests on the means alone and says so. Issue 21 replaces this rule
+  with paired equivalence tests (two one-sided tests, experiments/stats.py)."""
   if not cell['n'] or not base['n']:
     return 'inconclusive (no result)', None
   diff = cell['mean'] - base['mean']

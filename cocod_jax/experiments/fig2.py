@@ -1,20 +1,10 @@
 """`python -m cocod_jax.experiments.fig2 --scale=cpu`: Figure 2, training loss against epochs.
 
-The runs of Table 1 (shared with it: nothing runs twice); one panel per task, one line per
-algorithm, a band over the seeds; prints each algorithm's final training loss and the largest gap.
+Table 1's runs (nothing runs twice); writes fig2.md, .json and .png.
+Made by `artefacts.ARTEFACTS['fig2']`; flags: `cocod_jax.flags`.
 """
-
-import sys
-
-from absl import app
 
 from cocod_jax.experiments import artefacts
 
-
-def main(argv):
-  del argv
-  sys.exit(artefacts.loss_figure(2))
-
-
 if __name__ == '__main__':
-  app.run(main)
+  artefacts.main('fig2')

@@ -1,20 +1,10 @@
-"""`python -m cocod_jax.experiments.fig4 --scale=cpu --link_rate=1gbit`: Figure 4, time speedup
-against the number of workers: measured (MPI, time per epoch after the first) at up to 2 workers
-on this machine (up to 16 at the paper's scale), with the Section 4.2 model from the measured Tp
-and Tc drawn beyond and labelled as a model.
+"""`python -m cocod_jax.experiments.fig4 --scale=cpu --link_rate=1gbit`: Figure 4.
+
+Time speedup against workers, measured under MPI, with the Section 4.2 model.
+Made by `artefacts.ARTEFACTS['fig4']`; flags: `cocod_jax.flags`.
 """
-
-import sys
-
-from absl import app
 
 from cocod_jax.experiments import artefacts
 
-
-def main(argv):
-  del argv
-  sys.exit(artefacts.speedup_figure())
-
-
 if __name__ == '__main__':
-  app.run(main)
+  artefacts.main('fig4')

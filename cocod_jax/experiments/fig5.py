@@ -1,20 +1,10 @@
 """`python -m cocod_jax.experiments.fig5 --scale=cpu`: Figure 5, training loss against epochs.
 
-The runs of Table 2 (shared with it: nothing runs twice); one panel per task, one line per
-algorithm, a band over the seeds; prints each algorithm's final training loss and the largest gap.
+Table 2's runs (nothing runs twice); writes fig5.md, .json and .png.
+Made by `artefacts.ARTEFACTS['fig5']`; flags: `cocod_jax.flags`.
 """
-
-import sys
-
-from absl import app
 
 from cocod_jax.experiments import artefacts
 
-
-def main(argv):
-  del argv
-  sys.exit(artefacts.loss_figure(5))
-
-
 if __name__ == '__main__':
-  app.run(main)
+  artefacts.main('fig5')

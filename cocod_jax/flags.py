@@ -1,0 +1,75 @@
+"""Every absl flag of the package's entry points, defined once, here.
+
+Each entry point calls its `define_*` before `app.run` (never at import: the modules are also
+imported as libraries, and absl refuses a flag defined twice):
+
+- `define_main_flags`: `python -m cocod_jax.main` (--config, --workdir, --verbose).
+- `define_sweep_flags`: `python -m cocod_jax.sweep`.
+- `define_experiment_flags`: `python -m cocod_jax.experiments.<artefact>`.
+- `define_prepare_data_flags`: `python -m cocod_jax.prepare_data`.
+
+The runner's flags (--parallel, --launcher, --dry_run, ...) are shared by the sweep runner and
+the experiments and are defined by one function. The benchmark scripts in launch/ keep their
+own few flags beside their code.
+"""
+
+from absl import flags
+from ml_collections import config_flags
+
+FLAGS = flags.FLAGS
+DEFAULT_TIMEOUT_S = 7 * 24 * 3600.0  # A point may run for a week before the runner ends it.
+LAUNCHERS = ('local', 'slurm')
+SCALES = ('paper', 'cpu', 'smoke')
+
+
+def define_main_flags() -> None:
+  """--config (a config file, locked: an override cannot add a field), --workdir, --verbose."""
+  flags.DEFINE_string('workdir', None, 'Directory for results.json, final_params.npz, summaries.')
+  config_flags.DEFINE_config_file('config', None, 'Training configuration file.', lock_config=True)
+  flags.DEFINE_bool('verbose', False, 'Also print the Python traceback of a refused input.')
+  flags.mark_flags_as_required(['config', 'workdir'])
+
+
+def _define_runner_flags(workdir_default: str | None, workdir_help: str) -> None:
+  """What the sweep runner and the experiments both take: where, how and whether to run."""
+  flags.DEFINE_string('workdir', workdir_default, workdir_help)
+  flags.DEFINE_integer('parallel', 1, 'Points at once (sweeps of one-host points only).')
+  flags.DEFINE_enum('launcher', 'local', list(LAUNCHERS), 'Run here, or submit to Slurm.')
+  flags.DEFINE_bool('dry_run', False, 'Print the states and commands; write nothing.')
+  flags.DEFINE_bool('report_only', False, 'Render from what is on disk; run nothing.')
+  flags.DEFINE_bool('retry_failed', False, 'Run FAILED points again.')
+  flags.DEFINE_string(
+    'link_rate',
+    '',
+    'Run MPI points on the simulated link at this rate (launch/simnet.sh, e.g. 1gbit; needs '
+    'root); empty: the real network.',
+  )
+
+
+def define_sweep_flags() -> None:
+  """The flags of `python -m cocod_jax.sweep`."""
+  flags.DEFINE_string('config', None, 'The experiment file and its sweep argument: FILE[:ARG].')
+  _define_runner_flags(None, 'Where points/ and sweeps/<name>/ go.')
+  flags.DEFINE_bool('rerun_stale', False, 'Move STALE points aside and run them again.')
+  flags.DEFINE_bool('fail_fast', False, 'Start no further point after one fails.')
+  flags.DEFINE_float('timeout_s', DEFAULT_TIMEOUT_S, 'Seconds a point may run.')
+  flags.DEFINE_multi_string('set', [], 'FIELD=VALUE set on every point, e.g. data_dir=/data.')
+  flags.DEFINE_multi_string('slurm_arg', [], 'Extra #SBATCH option, e.g. --partition=gpu.')
+  flags.DEFINE_integer('run_index', None, 'Run only this entry of pending.json (Slurm task).')
+  flags.mark_flags_as_required(['config', 'workdir'])
+
+
+def define_experiment_flags() -> None:
+  """The flags of the per-artefact entry points (`cocod_jax.experiments.<name>`)."""
+  _define_runner_flags('runs/paper', 'Where the points and the artefacts go.')
+  flags.DEFINE_enum('scale', 'cpu', list(SCALES), 'configs/scales.py.')
+  flags.DEFINE_integer('seeds', 1, 'Seeds per cell.')
+  flags.DEFINE_string('data_dir', '', 'TFDS data dir for CIFAR (paper scale).')
+
+
+def define_prepare_data_flags(datasets) -> None:
+  """The flags of `python -m cocod_jax.prepare_data`; `datasets`: the names it can prepare."""
+  flags.DEFINE_list('dataset', ['cifar10'], f'Datasets to prepare: {list(datasets)}.')
+  flags.DEFINE_string(
+    'data_dir', '', 'TFDS data directory (default: $TFDS_DATA_DIR, else ~/tensorflow_datasets).'
+  )

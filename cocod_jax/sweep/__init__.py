@@ -1,0 +1,22 @@
+"""The resumable sweep runner: `python -m cocod_jax.sweep --config=FILE[:ARG] --workdir=DIR`.
+
+A room per job:
+
+  points.py   expand an experiment file's sweep into points: resolve, validate, slug, hash
+  state.py    a point's state from its directory (DONE, RUNNING, ...); the lock on a point
+  local.py    run points here as subprocesses of the entry point, in parallel, with timeouts
+  slurm.py    the same points as a Slurm job array (pending.json, sweep.sbatch, --run_index)
+  report.py   the summary table, sweep.md and sweep.json
+  runner.py   run_sweep: expand, read the states, run or submit, summarize
+  __main__.py the command line
+
+Library use (the entry points of cocod_jax/experiments):
+`records = sweep.run_sweep('configs/x.py:arg', workdir=...)` runs what is missing and returns one
+dict per point with its state, directory, hash and parsed results.json; a refused sweep raises
+`errors.UsageError` with every reason.
+"""
+
+from cocod_jax.sweep.runner import finished
+from cocod_jax.sweep.runner import run_sweep
+
+__all__ = ['finished', 'run_sweep']
