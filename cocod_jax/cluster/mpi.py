@@ -378,6 +378,12 @@ def local_devices(world) -> list:
   XLA's CPU devices belong to their process: a rank takes all of its own. Accelerators are
   shared by the node's processes: the node's ranks split them evenly (one rank per node takes
   all, one rank per device one each); more ranks than devices share them round robin.
+
+  Args:
+    world: MPI's COMM_WORLD (split by node to find this rank's place on its node).
+
+  Returns:
+    the devices, in order.
   """
   from mpi4py import MPI  # pylint: disable=g-import-not-at-top
 

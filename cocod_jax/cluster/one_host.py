@@ -81,9 +81,17 @@ def choose_devices(
 
 
 def weighted_sum(tree, w):
-  """`sum_i w_i tree_i` over the leading worker axis, in worker order (each term rounded to the
-  leaves' dtype first, as a sum over MPI ranks would be); and [W] flags of the workers whose
-  contribution holds NaN or Inf. Pure; the one place where workers' copies are added up."""
+  """The weighted sum over the leading worker axis: the one place where workers' copies are
+  added up (pure, jittable).
+
+  Args:
+    tree: leaves of shape [W, ...].
+    w: [W] weights.
+
+  Returns:
+    (`sum_i w_i tree_i` in worker order, each term rounded to the leaves' dtype first, as a sum
+    over MPI ranks would be; [W] flags of the workers whose contribution holds NaN or Inf).
+  """
 
   def one(a):
     total = (a[0] * w[0]).astype(a.dtype)

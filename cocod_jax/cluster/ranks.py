@@ -17,6 +17,7 @@ Weighted at both levels, the sum over ranks of the ranks' weighted sums is the c
 average, exact for proportional sampling and unequal workers and ranks; it differs from the
 one-host cluster of R * W workers only in the order of the float32 additions.
 
+W is num_workers / R (`mpi.workers_per_rank`, when set, must agree with the job's R).
 Devices (`mpi.devices`, 0: automatic): a rank on CPUs takes this process's XLA CPU devices (one,
 unless `--xla_force_host_platform_device_count` says more: main.py sets it for
 `mpi.devices` > 1); on accelerators the node's ranks split the node's devices evenly (one rank per
@@ -38,8 +39,20 @@ from cocod_jax.cluster import one_host
 
 
 def workers_per_rank(num_workers: int, ranks: int, requested: int = 0) -> int:
-  """W = num_workers / ranks; ValueError naming the values when it does not divide, or when it
-  differs from `requested` (`mpi.workers_per_rank`, 0: any)."""
+  """W, the workers of each rank.
+
+  Args:
+    num_workers: the cluster's workers.
+    ranks: the job's MPI ranks.
+    requested: `mpi.workers_per_rank` (0: whatever num_workers / ranks is).
+
+  Returns:
+    num_workers / ranks.
+
+  Raises:
+    ValueError naming the values: `ranks` does not divide `num_workers`, or the quotient is not
+    `requested`.
+  """
   if requested and requested * ranks != num_workers:
     raise ValueError(
       f'mpi.workers_per_rank={requested} and num_workers={num_workers} need '
@@ -57,6 +70,13 @@ def workers_per_rank(num_workers: int, ranks: int, requested: int = 0) -> int:
 
 def rank_devices(config, world) -> list:
   """The devices this rank shards its W workers over (collective: every rank calls it).
+
+  Args:
+    config: the validated config (`num_workers`, `mpi.*`).
+    world: MPI's COMM_WORLD.
+
+  Returns:
+    `mpi.devices` of the rank's devices (`mpi.local_devices`), or the most that divide W.
 
   Raises:
     ValueError: `mpi.devices` does not divide W or exceeds the rank's devices.
