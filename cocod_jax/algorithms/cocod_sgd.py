@@ -32,7 +32,7 @@ class CoCoDSGD(base.RoundAlgorithm):
       handle, snap = self.pending
       averaged = self.wait(handle)
       with self.tl.span('correct', 'merge'):
-        corrected, _ = self.cluster.correct(steps.synced_part(state, self.config), averaged, snap)
+        corrected = self.cluster.correct(steps.synced_part(state, self.config), averaged, snap)
         state = self.tl.ready(steps.with_part(state, corrected))
       self.pending = None
     return state, loss

@@ -141,7 +141,10 @@ class StackedWorkers:
     self.masked_step = slowed(vmapped(fns.masked_step, donate=0))
     tx = correction.decoupled_correction()
     self.snapshot = vmapped(tx.init)
-    self.correct = vmapped(tx.update)
+    # The corrected x alone: CoCoD-SGD snapshots it again at the next round's start, and a second
+    # output of the same value is a second buffer that XLA writes (measured: 8 workers of the
+    # 2.1M-parameter MLP on one CPU device, 89 ms with it, 45 ms without).
+    self.correct = vmapped(lambda x, averaged, snap: tx.update(x, averaged, snap)[0])
     self.eval_step = jax.jit(fns.eval_step)
 
   def layout(self) -> dict:
