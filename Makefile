@@ -38,7 +38,7 @@ $(STAMP): requirements.txt requirements.lock pyproject.toml Makefile launch/find
 	    --no-cache-dir --no-binary=mpi4jax --no-build-isolation --no-deps --force-reinstall \
 	    mpi4jax==$(MPI4JAX_VERSION)
 	cd / && $(CURDIR)/$(PY) -c "import jax, flax, optax, mpi4py, mpi4jax, tensorflow_datasets, sklearn, \
-	  importlib_resources, filelock, tqdm, cocod_jax, configs, launch"
+	  importlib_resources, filelock, tqdm, submitit, mnist1d, cocod_jax, configs, launch"
 	touch $(STAMP)
 
 # CoCoD-SGD on 2 MPI ranks; the last line is the measured Tp, Tc and fraction of communication hidden.

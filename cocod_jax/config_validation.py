@@ -17,6 +17,7 @@ from cocod_jax import errors as errors_lib
 from cocod_jax import input_pipeline
 from cocod_jax import models
 from cocod_jax import schedules
+from cocod_jax import steps
 from cocod_jax.cluster import mpi
 from cocod_jax.cluster import ranks
 
@@ -86,7 +87,9 @@ def _learning_fields(config, v: _Checks) -> None:
   if d.name == 'npz' and not d.path:
     v.out.append(f"dataset.path='' is invalid for dataset.name='npz'; allowed: a .npz file with "
                  f'arrays {list(input_pipeline.NPZ_KEYS)}')  # fmt: skip
+  _split_fields(d, v)
   v.integer('batch_size', config.batch_size, 1)
+  v.check(o.name in steps.OPTIMIZERS, 'optimizer.name', o.name, list(steps.OPTIMIZERS))
   v.number('optimizer.learning_rate', o.learning_rate, 0)
   ok = _is_number(o.momentum) and 0 <= o.momentum < 1
   v.check(ok, 'optimizer.momentum', o.momentum, '[0, 1)')
@@ -102,6 +105,26 @@ def _learning_fields(config, v: _Checks) -> None:
     tuple(o.decay_epochs),
     'a tuple of 1-based epoch numbers >= 1, e.g. (81,)',
   )
+
+
+def _split_fields(d, v: _Checks) -> None:
+  """The sizes of a generated split: MNIST-1D only, and as many examples of every class."""
+  v.integer('dataset.train_examples', d.train_examples, 0)
+  v.integer('dataset.test_examples', d.test_examples, 0)
+  if not (_is_int(d.train_examples) and _is_int(d.test_examples)):
+    return
+  if d.name in input_pipeline.MNIST1D_VARIANTS:
+    if d.train_examples >= 0 and d.test_examples >= 0:
+      problem = input_pipeline.mnist1d_size_problem(d.name, d.train_examples, d.test_examples)
+      if problem:
+        v.out.append(problem)
+  elif d.name in input_pipeline.DATASETS and (d.train_examples or d.test_examples):
+    v.out.append(
+      f'dataset.train_examples={d.train_examples!r}, dataset.test_examples={d.test_examples!r} '
+      f'are invalid for dataset.name={d.name!r}: only a generated MNIST-1D split has a size to '
+      f'choose; allowed: 0 (the data as it is), or dataset.name in '
+      f'{list(input_pipeline.MNIST1D_VARIANTS)}'
+    )
 
 
 def _cluster_fields(config, v: _Checks) -> None:

@@ -7,6 +7,7 @@ imported as libraries, and absl refuses a flag defined twice):
 - `define_sweep_flags`: `python -m cocod_jax.sweep`.
 - `define_experiment_flags`: `python -m cocod_jax.experiments.<artefact>`.
 - `define_prepare_data_flags`: `python -m cocod_jax.prepare_data`.
+- `define_mnist1d_check_flags`: `python -m cocod_jax.experiments.mnist1d_check`.
 
 The runner's flags (--parallel, --launcher, --dry_run, ...) are shared by the sweep runner and
 the experiments and are defined by one function. The benchmark scripts in launch/ keep their
@@ -54,8 +55,12 @@ def define_sweep_flags() -> None:
   flags.DEFINE_bool('fail_fast', False, 'Start no further point after one fails.')
   flags.DEFINE_float('timeout_s', DEFAULT_TIMEOUT_S, 'Seconds a point may run.')
   flags.DEFINE_multi_string('set', [], 'FIELD=VALUE set on every point, e.g. data_dir=/data.')
-  flags.DEFINE_multi_string('slurm_arg', [], 'Extra #SBATCH option, e.g. --partition=gpu.')
-  flags.DEFINE_integer('run_index', None, 'Run only this entry of pending.json (Slurm task).')
+  flags.DEFINE_multi_string(
+    'slurm_arg',
+    [],
+    'sbatch option of the submitted jobs, e.g. --partition=gpu, --time=4:00:00 (default a day), '
+    "--gpus-per-task=1, --ntasks-per-node=4 (an MPI point's ranks over nodes).",
+  )
   flags.mark_flags_as_required(['config', 'workdir'])
 
 
@@ -73,3 +78,11 @@ def define_prepare_data_flags(datasets) -> None:
   flags.DEFINE_string(
     'data_dir', '', 'TFDS data directory (default: $TFDS_DATA_DIR, else ~/tensorflow_datasets).'
   )
+
+
+def define_mnist1d_check_flags(models) -> None:
+  """The flags of `python -m cocod_jax.experiments.mnist1d_check`; `models`: those it checks."""
+  flags.DEFINE_string('workdir', 'runs/mnist1d_check', 'Where the runs go.')
+  flags.DEFINE_string('out', 'docs/paper-cpu', 'Where mnist1d_check.json and .md go.')
+  flags.DEFINE_integer('seeds', 5, 'Seeds per model.')
+  flags.DEFINE_list('models', list(models), 'Models to check.')

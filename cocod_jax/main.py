@@ -15,6 +15,7 @@ import sys
 
 from absl import app
 from absl import logging
+import ml_collections
 
 from cocod_jax import errors
 from cocod_jax import flags as cocod_flags
@@ -57,6 +58,12 @@ def parse_flags(argv):
       FLAGS.config.keys()
   except Exception as e:  # pylint: disable=broad-except
     _fail(_flag_error(e, argv))
+  if FLAGS['config'].present and not isinstance(FLAGS.config, ml_collections.ConfigDict):
+    _fail(
+      f'--config={FLAGS["config"].config_filename}: get_config() returned a '
+      f'{type(FLAGS.config).__name__}, not an ml_collections.ConfigDict; allowed: a config file '
+      'whose get_config() returns the ConfigDict of configs/common.py'
+    )
   return rest
 
 
@@ -141,13 +148,21 @@ def _train(config, dataset):
   """Runs training; every way it can end short becomes one line and its exit status."""
   from cocod_jax import checkpoints  # pylint: disable=g-import-not-at-top
   from cocod_jax import train  # pylint: disable=g-import-not-at-top
+  from cocod_jax import workdir  # pylint: disable=g-import-not-at-top
 
   try:
     train.train_and_evaluate(config, FLAGS.workdir, dataset)
   except train.Diverged as e:
     _fail(e, EXIT_DIVERGED)
-  except checkpoints.ResumeError as e:
+  except (checkpoints.ResumeError, workdir.WorkdirError) as e:
     _fail(e)
+  except workdir.DiskFull as e:
+    if config.backend == 'mpi':  # The other ranks may wait in a collective: end them too.
+      errors.report(e, prefix=_RANK)
+      from mpi4py import MPI  # pylint: disable=g-import-not-at-top
+
+      MPI.COMM_WORLD.Abort(workdir.EXIT_DISK_FULL)
+    _fail(e, workdir.EXIT_DISK_FULL)
   except checkpoints.Preempted as e:
     print(f'{_RANK}{e}; run the same command again to continue', flush=True)
     sys.exit(checkpoints.EXIT_PREEMPTED)
@@ -165,6 +180,24 @@ def _train_mpi(config, dataset):
   mpi.abort_on_error(run)
 
 
+def _check_workdir(config):
+  """The workdir can hold the run, and a one-host run is not one of several MPI processes (each
+  would run every worker into the same workdir); before any data is loaded."""
+  from cocod_jax import workdir  # pylint: disable=g-import-not-at-top
+
+  size, where = workdir.mpi_job_size()
+  if config.backend == 'one_host' and size > 1:
+    _fail(
+      f"backend='one_host' is invalid inside an MPI job of {size} processes ({where}): every "
+      'process would run all the workers into the same workdir; allowed: --config.backend=mpi '
+      'under mpirun/srun, or one process without mpirun'
+    )
+  try:
+    workdir.check(FLAGS.workdir)
+  except workdir.WorkdirError as e:
+    _fail(e)
+
+
 def main(argv):
   if len(argv) > 1:
     _fail(f'unexpected arguments {argv[1:]}; overrides look like --config.batch_size=64')
@@ -175,6 +208,7 @@ def main(argv):
   problems = config_validation.errors(config)
   if problems:
     _fail(errors.UsageError(problems))
+  _check_workdir(config)
   rank, broadcast = 0, lambda obj: obj
   if config.backend == 'mpi':
     rank, broadcast = _start_mpi(config)

@@ -1,4 +1,5 @@
-"""Flax models: CIFAR ResNet18 and VGG16, a small CNN for CPU runs, and a zero-init linear model.
+"""Flax models: CIFAR ResNet18 and VGG16, small CNNs and MLPs for CPU runs (2-D for the 8x8 digits,
+1-D for MNIST-1D), and zero-init linear models (one on BatchNorm-standardised inputs).
 
 Every model takes `(x, train, mask)`; `mask` (one 0/1 weight per example, or None) keeps padded
 examples out of BatchNorm statistics, so workers with unequal batch sizes can share one shape.
@@ -130,6 +131,41 @@ class MLP(nn.Module):
     return nn.Dense(self.num_classes)(x)
 
 
+class CNN1D(nn.Module):
+  """The MNIST-1D CNN (the authors' `ConvBase`: three convolutions of 25 channels, kernels 5, 3,
+  3, stride 2, padding 1, ReLU, then one dense layer on the 5 x 25 flattened features), with
+  BatchNorm after each convolution: it stands in for ResNet18, whose BatchNorm statistics the
+  algorithms average with the parameters (`algorithm.average_batch_stats`), so the stand-in
+  exercises that too. Inputs are [batch, length, 1] (length 40: 5.3k parameters)."""
+
+  num_classes: int
+  channels: int = 25
+
+  @nn.compact
+  def __call__(self, x, train=False, mask=None):
+    for kernel in (5, 3, 3):
+      x = nn.Conv(self.channels, (kernel,), strides=2, padding=((1, 1),), use_bias=False)(x)
+      x = nn.BatchNorm(use_running_average=not train, momentum=0.9)(x, mask=_bn_mask(mask, x))
+      x = nn.relu(x)
+    x = x.reshape((x.shape[0], -1))
+    return nn.Dense(self.num_classes)(x)
+
+
+class MLP1D(nn.Module):
+  """The MNIST-1D MLP (the authors' `MLPBase`): a ReLU layer of `width`, a second one added to
+  it as a residual, a dense output; it stands in for VGG16 (no BatchNorm, as the original)."""
+
+  num_classes: int
+  width: int = 100
+
+  @nn.compact
+  def __call__(self, x, train=False, mask=None):
+    x = x.reshape((x.shape[0], -1))
+    h = nn.relu(nn.Dense(self.width)(x))
+    h = h + nn.relu(nn.Dense(self.width)(h))
+    return nn.Dense(self.num_classes)(h)
+
+
 class Linear(nn.Module):
   """Flatten and one dense layer, kernel and bias initialised to zero (for exact-math tests)."""
 
@@ -143,12 +179,33 @@ class Linear(nn.Module):
     )(x)
 
 
+class LinearBN(nn.Module):
+  """The linear model on its inputs standardised by BatchNorm without scale or bias: nothing to
+  learn before the dense layer, yet BatchNorm running statistics to average or keep (the smallest
+  model for the float64 reference of their averaging, tests/reference.py)."""
+
+  num_classes: int
+
+  @nn.compact
+  def __call__(self, x, train=False, mask=None):
+    x = x.reshape((x.shape[0], -1))
+    norm = nn.BatchNorm(
+      use_running_average=not train, momentum=0.9, use_scale=False, use_bias=False
+    )
+    x = norm(x, mask=_bn_mask(mask, x))
+    zeros = nn.initializers.zeros
+    return nn.Dense(self.num_classes, kernel_init=zeros, bias_init=zeros)(x)
+
+
 MODELS = {
   'resnet18': ResNet18,
   'vgg16': VGG16,
   'cnn': SmallCNN,
   'mlp': MLP,
+  'cnn1d': CNN1D,
+  'mlp1d': MLP1D,
   'linear': Linear,
+  'linear_bn': LinearBN,
 }
 
 

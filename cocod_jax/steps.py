@@ -7,6 +7,11 @@ momentum trace `m` as a tree shaped like the parameters (what checkpoints hold a
 `algorithm.average_momentum=True` averages); it is local to each worker by default. BatchNorm
 statistics are averaged with the parameters by default (`algorithm.average_batch_stats=True`).
 
+`optimizer.name='adam'` is PyTorch's Adam (betas 0.9, 0.999, eps 1e-8, weight decay added to the
+gradient), only so that MNIST-1D's published recipe can be rerun as its authors ran it (the
+published check); the buffer `momentum` then holds Adam's two moments {'mu', 'nu'}, and the bias
+correction counts the worker's own steps.
+
 Nothing here knows how many workers there are or where they run: `cluster/one_host.py` maps
 these functions over a leading worker axis with `jax.vmap`, `cluster/mpi.py` jits them for the
 one worker of its process. A worker's batch is chosen on the device from the epoch's index table
@@ -25,6 +30,9 @@ from cocod_jax import input_pipeline
 from cocod_jax import schedules
 
 PyTree = Any
+OPTIMIZERS = ('sgd', 'adam')  # optimizer.name; adam only for MNIST-1D's published recipe.
+ADAM_BETAS = (0.9, 0.999)  # PyTorch's defaults, as MNIST-1D's published recipe used them.
+ADAM_EPS = 1e-8
 
 
 class TrainState(NamedTuple):
@@ -103,8 +111,13 @@ def optimizer(config, learning_rate) -> optax.GradientTransformation:
   `d = g + lambda * p; m <- d + mu * m; p <- p + (-lr) * m`, the same numbers as the PyTorch
   form. The learning rate is an argument, not an optax schedule: a step's rate depends on the
   worker's own step counter (and AsynLocal-SGD's on a step it names), not on the optimizer's
-  count. Another optimizer is another return value here; the train state then needs a field
-  for each of its buffers beside `momentum` (the `trace` that this one keeps).
+  count. The train state's `momentum` holds the optimizer's buffers (`buffers_in`/`buffers_out`):
+  SGD's trace, a tree shaped like the parameters (what `algorithm.average_momentum` averages).
+
+  `optimizer.name='adam'` is PyTorch's Adam (betas 0.9, 0.999, eps 1e-8, the weight decay added
+  to the gradient: `optax.add_decayed_weights` then `optax.adam`, whose bias correction is
+  PyTorch's), only so that MNIST-1D's published recipe can be rerun as its authors ran it (the
+  published check); its `momentum` is then `{'mu': ..., 'nu': ...}`.
 
   Args:
     config: the config (`optimizer.momentum`, `optimizer.weight_decay`).
@@ -114,9 +127,27 @@ def optimizer(config, learning_rate) -> optax.GradientTransformation:
     The optax transformation.
   """
   o = config.optimizer
-  return optax.chain(
-    optax.add_decayed_weights(o.weight_decay), optax.sgd(learning_rate, momentum=o.momentum)
-  )
+  if o.name == 'adam':
+    b1, b2 = ADAM_BETAS
+    inner = optax.adam(learning_rate, b1=b1, b2=b2, eps=ADAM_EPS)
+  else:
+    inner = optax.sgd(learning_rate, momentum=o.momentum)
+  return optax.chain(optax.add_decayed_weights(o.weight_decay), inner)
+
+
+def buffers_in(config, momentum, step) -> dict:
+  """The optax state fields that the train state's `momentum` (and step counter) fill."""
+  if config.optimizer.name == 'adam':
+    return {'mu': momentum['mu'], 'nu': momentum['nu'], 'count': step}
+  return {'trace': momentum}
+
+
+def buffers_out(config, opt_state):
+  """The train state's `momentum` after an update: the inverse of `buffers_in`."""
+  get = lambda name: optax.tree_utils.tree_get(opt_state, name)
+  if config.optimizer.name == 'adam':
+    return {'mu': get('mu'), 'nu': get('nu')}
+  return get('trace')
 
 
 def make_step_fns(model, config, sizes, steps_per_epoch, normalize, augment_on) -> StepFns:
@@ -148,12 +179,14 @@ def make_step_fns(model, config, sizes, steps_per_epoch, normalize, augment_on) 
 
   def update(state, grads, batch_stats, lr):
     tx = optimizer(config, lr)
-    # The optimizer's state around the momentum the train state keeps (init's zeros are dead
-    # code under jit).
-    opt_state = optax.tree_utils.tree_set(tx.init(state.params), trace=state.momentum)
+    # The optimizer's state around the buffers the train state keeps (init's zeros are dead code
+    # under jit); Adam's bias correction counts the worker's own steps.
+    opt_state = optax.tree_utils.tree_set(
+      tx.init(state.params), **buffers_in(config, state.momentum, state.step)
+    )
     updates, opt_state = tx.update(grads, opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    m = optax.tree_utils.tree_get(opt_state, 'trace')
+    m = buffers_out(config, opt_state)
     return state._replace(step=state.step + 1, params=params, batch_stats=batch_stats, momentum=m)
 
   def apply_update(state, grads, batch_stats):
@@ -207,14 +240,26 @@ def with_part(state, part):
   return state._replace(**part)
 
 
-def create_train_state(model, key, input_shape, worker: int) -> TrainState:
-  """The common x_0 (same `key` on every worker) with a per-worker augmentation key."""
+def create_train_state(model, key, input_shape, worker: int, optimizer: str = 'sgd') -> TrainState:
+  """The common x_0 (same `key` on every worker) with a per-worker augmentation key.
+
+  Args:
+    model: the Flax model.
+    key: the PRNG key of x_0 (the run's seed: the same on every worker).
+    input_shape: one example's shape.
+    worker: the worker's index (its augmentation key).
+    optimizer: `optimizer.name`: 'sgd' (one momentum buffer) or 'adam' (its two moments).
+
+  Returns:
+    the worker's TrainState at step 0.
+  """
   variables = model.init(key, jnp.zeros((1,) + tuple(input_shape), jnp.float32), train=False)
   params = variables['params']
+  zeros = jax.tree.map(jnp.zeros_like, params)
   return TrainState(
     step=jnp.zeros((), jnp.int32),
     params=params,
     batch_stats=variables.get('batch_stats', {}),
-    momentum=jax.tree.map(jnp.zeros_like, params),
+    momentum={'mu': zeros, 'nu': zeros} if optimizer == 'adam' else zeros,
     key=jax.random.fold_in(jax.random.fold_in(key, 1), worker),
   )

@@ -15,7 +15,11 @@ the algorithm waits for a collective. The allreduce spans cost the main thread n
 kept. From these:
 
 - `Tp` = time in sampled `step` spans / number of sampled steps (the time of one local step);
-- `Tc` = mean `allreduce` span (the cross-rank allreduce of one model);
+- `Tc` = mean `allreduce` span of this rank (the allreduce of one model between the ranks),
+  which includes its wait inside the collective for a rank that arrives later; `combine` takes,
+  collective by collective, the shortest span over the ranks (the last to arrive waited for no
+  one: its span is the collective itself, whatever the clocks of the hosts) and reports their
+  mean as the job's `Tc`, the wait-inclusive mean as `Tc_with_wait_s`;
 - `Tl` = mean `local_mean` span (the local mean over the rank's workers); `local_s` = time in the
   sampled ones;
 - `comm_s` = time in the allreduce spans waited for in sampled rounds plus `local_s`;
@@ -211,17 +215,37 @@ class Timeline:
       'hidden_fraction': max(0.0, 1.0 - exposed / comm_s) if comm_s > 0 else None,
       'collectives': len(comm),
       'local_means': len(local),
+      'allreduce_s': comm,  # Each collective's span, in order (`combine` takes it out).
     }
 
 
+def collective_time(spans_per_rank) -> float | None:
+  """The mean time of the collectives themselves: for each collective (the i-th span of every
+  rank: collectives run in one order everywhere), the shortest span over the ranks. A rank that
+  arrives early waits inside the collective for the last one, whose span holds no wait; the
+  spans end together, so this needs no clock shared between hosts. None without collectives."""
+  counts = {len(s) for s in spans_per_rank}
+  if not spans_per_rank or counts == {0}:
+    return None
+  if len(counts) != 1:
+    raise ValueError(f'the ranks timed different numbers of collectives: {sorted(counts)}')
+  return float(np.mean(np.min(np.asarray(spans_per_rank, np.float64), axis=0)))
+
+
 def combine(per_rank):
-  """The ranks' timing figures: means, and the hidden fraction of all their communication."""
+  """The ranks' timing figures: means, `Tc` without the waits for later ranks
+  (`collective_time`), and the hidden fraction of all their communication."""
+  spans = [p.pop('allreduce_s', None) for p in per_rank]
   out = {'ranks': per_rank}
   keys = ('Tp_s', 'Tc_s', 'Tl_s', 'step_time_s', 'round_time_s', 'exposed_comm_s', 'drain_s',
           'comm_s', 'local_s')  # fmt: skip
   for k in keys:
     vals = [p[k] for p in per_rank if p.get(k) is not None]
     out[k] = float(np.mean(vals)) if vals else None
+  out['Tc_with_wait_s'] = out['Tc_s']
+  if all(s is not None for s in spans):
+    tc = collective_time(spans)
+    out['Tc_s'] = out['Tc_s'] if tc is None else tc
   out['r'] = out['Tc_s'] / out['Tp_s'] if out['Tp_s'] else None
   comm_s = sum(p['comm_s'] for p in per_rank)
   exposed = sum(p['exposed_comm_s'] for p in per_rank)

@@ -14,7 +14,6 @@ results written then say `"status": "diverged"` and `Diverged` is raised for the
 """
 
 import dataclasses
-import json
 import os
 import time
 from typing import Any
@@ -34,6 +33,7 @@ from cocod_jax import models
 from cocod_jax import schedules
 from cocod_jax import steps as steps_lib
 from cocod_jax import timeline as timeline_lib
+from cocod_jax import workdir as workdir_lib
 from cocod_jax.cluster import background
 
 EVAL_BATCH = 1000
@@ -117,7 +117,8 @@ def place(cluster, config, plan: Plan, dataset):
   )
   key = jax.random.PRNGKey(config.seed)
   shape = dataset.x_train.shape[1:]
-  state = cluster.init_state(lambda i: steps_lib.create_train_state(plan.model, key, shape, i))
+  opt = config.optimizer.name
+  state = cluster.init_state(lambda i: steps_lib.create_train_state(plan.model, key, shape, i, opt))
   return data, state
 
 
@@ -203,23 +204,32 @@ class Recorder:
       )
     self.writer = None
     if self.enabled:
-      os.makedirs(workdir, exist_ok=True)
       # metrics.jsonl restarts from the checkpoint's history: epochs after it are run again.
-      with open(os.path.join(workdir, 'metrics.jsonl'), 'w') as f:
-        f.writelines(json.dumps(rec) + '\n' for rec in self.records)
+      self._write_metrics()
       from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
 
-      self.writer = SummaryWriter(workdir)
+      with workdir_lib.writing('the TensorBoard events', workdir):
+        self.writer = SummaryWriter(workdir)
+
+  def _write_metrics(self):
+    """metrics.jsonl, rewritten whole (a full disk leaves the last complete one in place)."""
+    with workdir_lib.writing('metrics.jsonl', self.workdir):
+      text = ''.join(files.dumps(rec) + '\n' for rec in self.records)
+      files.write_atomic(os.path.join(self.workdir, 'metrics.jsonl'), text)
+
+  def _write_results(self):
+    with workdir_lib.writing('results.json', self.workdir):
+      files.write_json_atomic(os.path.join(self.workdir, 'results.json'), self.results)
 
   def epoch(self, **rec):
     if not self.enabled:
       return
     self.records.append(rec)
-    for k, v in rec.items():
-      if k != 'epoch':
-        self.writer.add_scalar(k, v, rec['epoch'])
-    with open(os.path.join(self.workdir, 'metrics.jsonl'), 'a') as f:
-      f.write(json.dumps(rec) + '\n')
+    with workdir_lib.writing('the TensorBoard events', self.workdir):
+      for k, v in rec.items():
+        if k != 'epoch':
+          self.writer.add_scalar(k, v, rec['epoch'])
+    self._write_metrics()
     print(
       f'epoch {rec["epoch"]:3d}/{self.num_epochs}  train_loss {rec["train_loss"]:.4f}  '
       f'test_loss {rec["test_loss"]:.4f}  test_acc {rec["test_accuracy"]:.4f}  '
@@ -230,7 +240,7 @@ class Recorder:
   def diverged(self, **what):
     if self.enabled:
       self.results.update(status='diverged', diverged=what)
-      files.write_json_atomic(os.path.join(self.workdir, 'results.json'), self.results)
+      self._write_results()
 
   def completed(self, final, timing, model):
     """The final averaged `model`, its figures `final` and the combined `timing` (or None)."""
@@ -247,9 +257,14 @@ class Recorder:
       print(timeline_lib.describe(self.results['timing']), flush=True)
     flat = flax.traverse_util.flatten_dict(flax.core.unfreeze(model), sep='/')
     tmp = os.path.join(self.workdir, 'final_params.tmp.npz')
-    np.savez(tmp, **{k: np.asarray(v) for k, v in flat.items()})
-    os.replace(tmp, os.path.join(self.workdir, 'final_params.npz'))
-    files.write_json_atomic(os.path.join(self.workdir, 'results.json'), self.results)
+    with workdir_lib.writing('final_params.npz', self.workdir):
+      try:
+        np.savez(tmp, **{k: np.asarray(v) for k, v in flat.items()})
+        os.replace(tmp, os.path.join(self.workdir, 'final_params.npz'))
+      finally:
+        if os.path.exists(tmp):
+          os.remove(tmp)
+    self._write_results()
     return self.results
 
   def close(self):
@@ -314,29 +329,32 @@ def save_checkpoint(run: Run, state, pos: Position):
     rank=run.cluster.rank,
     workers=run.cluster.workers,  # The part's arrays hold these workers on their leading axis.
   )
-  with jax.transfer_guard('allow'):
+  with jax.transfer_guard('allow'), workdir_lib.writing('a checkpoint', run.out.workdir):
     run.ckpt.save(pos.step, tree, meta)
 
 
 def resume(run: Run):
-  """(state, Position, records) from the newest complete checkpoint, or None to start afresh.
+  """(state, Position, records) from the newest checkpoint that reads, or None to start afresh.
 
   Raises:
-    checkpoints.ResumeError: the checkpoint was made by another number of processes or with a
-      config that differs in a field that changes results.
+    checkpoints.ResumeError: no committed checkpoint reads, or the newest that does was made by
+      another number of processes, with a config that differs in a field that changes results,
+      or past this run's last step.
   """
   cluster, ckpt = run.cluster, run.ckpt
   say = print if cluster.is_chief else (lambda *_: None)
-  step = cluster.agree(ckpt.latest(say))
-  if step is None:
+
+  def everyone(why):
+    """None when every process can use the step; else the reasons (on the chief)."""
+    if not cluster.any(why is not None)[0]:
+      return None
+    return [r for r in cluster.gather(why) or [] if r]
+
+  found = ckpt.restore_newest(cluster.agree(ckpt.steps()), everyone, say)
+  if found is None:
     return None
-  where, world = ckpt.step_dir(step), ckpt.world_of(step)
-  if world != cluster.processes:
-    raise checkpoints.ResumeError(
-      f'the checkpoint in {where} was written by {world} processes (MPI ranks) and this run has '
-      f'{cluster.processes}; resume it with `mpirun -np {world}`, or use another --workdir'
-    )
-  tree, meta = ckpt.restore(step)
+  step, tree, meta = found
+  where = ckpt.step_dir(step)
   if cluster.backend == 'mpi' and 'workers' not in meta:
     raise checkpoints.ResumeError(
       f'the checkpoint in {where} was written by the MPI runtime before a rank held several '
@@ -348,6 +366,13 @@ def resume(run: Run):
     raise checkpoints.ResumeError(
       f'the checkpoint in {where} was made with another config ({"; ".join(diffs)}); rerun with '
       'the same config to continue it, or use another --workdir'
+    )
+  spe, epochs = run.plan.steps_per_epoch, run.config.num_epochs
+  if meta['step'] > epochs * spe:  # Its model would be reported as a num_epochs run.
+    raise checkpoints.ResumeError(
+      f'the checkpoint in {where} is at step {meta["step"]} (epoch {meta["epoch"]}), past the end '
+      f'of this run (num_epochs={epochs}: {epochs * spe} steps); rerun with '
+      f'--config.num_epochs={-(-meta["step"] // spe)} or more, or use another --workdir'
     )
   state = cluster.put_stacked(steps_lib.TrainState(**tree['state']))
   run.algo.load_host_state(meta['algo'])
@@ -374,6 +399,15 @@ def checkpoint_due(run: Run, boundary: int, sync_point: bool, last: dict, force=
   late = interval > 0 and time.perf_counter() - last['save'] >= interval
   stop, late = run.cluster.any(run.guard.requested, late)
   return stop or late, stop
+
+
+def check_test_loss(run: Run, test_loss, step: int, stop):
+  """Stops the run as diverged when the averaged model's test loss (the chief's) is not finite:
+  a finite training loss can still give an averaged model that overflows. Every rank calls it
+  (one control-traffic allreduce, which also lines the ranks up after the evaluation)."""
+  bad = test_loss is not None and not np.isfinite(test_loss)
+  if run.cluster.any(bad)[0]:
+    stop(list(range(run.config.num_workers)), step, 'the test loss of the averaged model')
 
 
 def final_average(run: Run, state, pos: Position, stop):
@@ -415,8 +449,16 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
 
   Raises:
     Diverged: a NaN or Inf stopped training (results.json says so).
+    workdir.WorkdirError: another run holds the workdir, or it holds another run's fingerprint
+      or finished results this run would rewrite (nothing written).
+    workdir.DiskFull: a write into the workdir found the disk full.
   """
   dataset = dataset or input_pipeline.load_checked(config)
+  with workdir_lib.claim(workdir, config, dataset):  # Before anything is written.
+    return _train_and_evaluate(config, workdir, dataset)
+
+
+def _train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset):
   plan = make_plan(config, dataset)
   spe, epochs, c = plan.steps_per_epoch, config.num_epochs, config.checkpoint
   cluster = make_cluster(config, plan)
@@ -488,7 +530,7 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
           everyone = sorted(set(sum(cluster.gather(bad) or [], [])))
           stop(everyone or bad, first_bad_step(pos.losses, (epoch - 1) * spe), 'the training loss')
         test_loss, test_acc = evaluate(cluster, state, tests, len(dataset.x_test))
-        cluster.barrier()  # The evaluation is not training time: all ranks resume together.
+        check_test_loss(run, test_loss, pos.step, stop)  # Also: all ranks resume together.
         run.out.epoch(
           epoch=epoch,
           train_loss=train_loss,
@@ -503,6 +545,7 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
 
     state = final_average(run, state, pos, stop)
     test_loss, test_acc = evaluate(cluster, state, tests, len(dataset.x_test))
+    check_test_loss(run, test_loss, pos.step, stop)
     timing = write_timing(run, workdir, pos, measured_from)
   finally:
     run.out.close()

@@ -33,12 +33,15 @@ def base_config() -> ml_collections.ConfigDict:
   c.dataset.shuffle = True
   c.dataset.augment = True
   c.dataset.num_classes = 0  # 0: from the data.
+  c.dataset.train_examples = 0  # MNIST-1D: examples generated for training; 0: the variant's.
+  c.dataset.test_examples = 0  # MNIST-1D: examples generated for testing; 0: the variant's.
   c.data_dir = ''  # TFDS data dir (CIFAR); '': $TFDS_DATA_DIR, else ~/tensorflow_datasets.
   c.batch_size = 32
   c.worker_speeds = ()  # C_i of each worker (heterogeneous clusters); empty: all equal.
   c.proportional_sampling = False  # Batch M_i and shard proportional to C_i (PS).
   c.emulate_speeds = False  # MPI: slow worker i down to C_i / C_max of its speed (time only).
   c.optimizer = ml_collections.ConfigDict()
+  c.optimizer.name = 'sgd'  # 'adam': only for rerunning MNIST-1D's published recipe.
   c.optimizer.learning_rate = 0.01
   c.optimizer.momentum = 0.9
   c.optimizer.weight_decay = 1e-4

@@ -9,7 +9,11 @@ time model drawn from the measured Tp and Tc.
         --config=configs/figure4.py:algo=cocod_sgd,workers=2,scale=cpu      (under mpirun -np 2)
 
 Arguments after `:`: `algo` (ssgd, pipe_sgd, local_sgd, cocod_sgd), `workers` (the MPI world
-size), `scale`, `seed`; `sweep` takes `scale` and `workers` (`1-2`: a range, or `1;2;4`).
+size), `scale`, `seed`, `role` (`measure`, or `calibration`: an S-SGD run at seed + 1000, a run
+of its own apart from those it helps predict); `sweep` takes `scale` and `workers` (`1-2`: a
+range, or `1;2;4`) and adds the two calibration runs (S-SGD at 1 worker for Tp, at the most
+workers for Tc), from which the model is drawn: the model never takes the Tp or Tc of a run it
+is drawn beside.
 Scales: `paper` runs ResNet18 on CIFAR-10 on N GPUs for 3 epochs (time per epoch needs no
 more; the paper ran 120), period 5 throughout (the steady state; the paper's first 10 epochs
 have period 1); `cpu` runs the 2.1M-parameter MLP on `clusters100` at batch 256 a worker for 3
@@ -23,15 +27,20 @@ from configs import common
 from configs import scales
 
 ALGOS = ('ssgd', 'pipe_sgd', 'local_sgd', 'cocod_sgd')
+ROLES = ('measure', 'calibration')
+CALIBRATION_SEED_OFFSET = 1000  # A calibration run's seed: apart from every measured run's.
 
 
 def get_config(arg=None):
-  a = config_args.parse(arg, dict(algo='cocod_sgd', workers=2, scale='cpu', seed=0))
+  a = config_args.parse(arg, dict(algo='cocod_sgd', workers=2, scale='cpu', seed=0, role='measure'))
   config_args.choice('algo', a.algo, ALGOS)
   config_args.choice('scale', a.scale, scales.SCALES)
+  config_args.choice('role', a.role, ROLES)
+  if a.role == 'calibration':
+    config_args.choice('algo (of a calibration run)', a.algo, ('ssgd',))
   c = common.base_config()
   c.algorithm.name = a.algo
-  c.seed = a.seed
+  c.seed = a.seed + (CALIBRATION_SEED_OFFSET if a.role == 'calibration' else 0)
   scales.apply(c, 'c10_r18', a.scale)
   c.backend = 'mpi'
   c.num_workers = a.workers
@@ -62,6 +71,9 @@ def sweep(add, arg=None):
   a = config_args.parse(arg, dict(scale='cpu', workers='1-2', seed=0))
   config_args.choice('scale', a.scale, scales.SCALES)
   algos = ALGOS[::3] if a.scale == 'smoke' else ALGOS
-  for n in workers_list(a.workers):
+  ns = workers_list(a.workers)
+  for n in ns:
     for algo in algos:
       add(config_arg=f'algo={algo},workers={n},scale={a.scale},seed={a.seed}')
+  for n in sorted({1, max(ns)}):
+    add(config_arg=f'algo=ssgd,workers={n},scale={a.scale},seed={a.seed},role=calibration')

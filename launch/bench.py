@@ -17,18 +17,22 @@ Sections (each its own table and targets in bench.md):
   overlaps, so its Tp and Tc are clean) at two link rates; a fit `Tc = a + b / rate` gives the
   rate for each target `r = Tc/Tp`. For each r, `--repeats` rounds of the four algorithms (order
   rotated each repeat): time per step, speedup over the S-SGD run of the same repeat, the time
-  model of ALGORITHMS.md for that S-SGD run's Tp and Tc, and the hidden fraction; then CoCoD-SGD
+  model of ALGORITHMS.md for the calibration's Tp and Tc at that rate (never the Tp and Tc of
+  the runs it predicts), and the hidden fraction; then CoCoD-SGD
   with each `comm.staging` at the largest r, Pipe-SGD against its own Tp and Tc with the
   pipeline's refill at each epoch end, and a PNG of one measured round per algorithm.
 - `hetero`: a mixed cluster on equal hardware, rank 0 at half speed (`emulate_speeds`), at
   r = Tc / Tp_slow of about 1: S-SGD, S-SGD+PS, Pipe-SGD+PS, AsynLocal-SGD and CoCoD-SGD+PS, each
-  against the time model for mixed clusters, per step and per epoch.
+  against the time model for mixed clusters (from the calibration), per step and per epoch.
 - `ranks`: 2 ranks x 8 workers each (16 workers at batch 128: the same 2048 examples a step as
   the overlap section's 2 x 1024), S-SGD and CoCoD-SGD at r = Tc/Tp of about 1: a probe S-SGD run
   gives this layout's Tp, the calibration's fit the link rate for Tc = Tp (the allreduce is one
   model whatever W is); then `--repeats` runs of each. Time per step, speedup, Tp, the local
   mean over the rank's 8 workers (Tl), Tc and the hidden fraction (target: CoCoD-SGD at least
   1.6 times as fast per step), and a PNG of one measured round of each.
+
+Tc is the collective itself, without a fast rank's wait inside it for a slow one
+(`timeline.combine`).
 
 Medians with [min, max] over the repeats. Writes `bench.json` (every run's figures) and
 `bench.md`; `--render_only` rewrites bench.md from an existing bench.json, and `--sections=...`
@@ -166,15 +170,22 @@ def spread(values, fmt='{:.1f}', scale=1.0):
   return f'{fmt.format(statistics.median(v))} [{fmt.format(min(v))}, {fmt.format(max(v))}]'
 
 
-def summarize(runs_by_algo, rate_kbit, target):
-  """Rows of one ratio: medians and [min, max] over the repeats."""
+def calibrated(calibration, rate_kbit):
+  """(Tp, Tc) that the calibration runs predict at `rate_kbit`: their mean Tp, and the fit
+  Tc = a + b / rate. The time model takes these, never the Tp and Tc of the runs it predicts."""
+  return calibration['Tp_s'], calibration['a_s'] + calibration['b_s_kbit'] / rate_kbit
+
+
+def summarize(runs_by_algo, rate_kbit, target, calibration):
+  """Rows of one ratio: medians and [min, max] over the repeats; the model from `calibration`."""
   ssgd = runs_by_algo['ssgd']
+  tp, tc = calibrated(calibration, rate_kbit)
   rows = []
   for algo in ALGOS:
     runs = runs_by_algo[algo]
     steps = [r['step_time_s'] for r in runs]
     speedups = [s['step_time_s'] / r['step_time_s'] for s, r in zip(ssgd, runs)]
-    pred = [predicted_step(algo, s['Tp_s'], s['Tc_s']) for s in ssgd]
+    pred = [predicted_step(algo, tp, tc)] * len(runs)
     rows.append(
       {
         'target_r': target,
@@ -198,7 +209,7 @@ def summarize(runs_by_algo, rate_kbit, target):
 def table(rows):
   lines = [
     '| target r | link | algorithm | r = Tc/Tp (S-SGD run) | ms / step | speedup vs S-SGD '
-    '| model ms / step | hidden |',
+    '| model ms / step (calibration) | hidden |',
     '|---|---|---|---|---|---|---|---|',
   ]
   for row in rows:
@@ -364,15 +375,19 @@ def predicted_hetero(algorithm, tp_slow, tc, k=K):
   return predicted_step(algorithm, tp_slow, tc, k)
 
 
-def hetero_lines(hetero):
+def hetero_lines(hetero, calibration):
+  """The mixed cluster's rows; the model from `calibration` (the slow rank's Tp: twice the
+  calibrated one, as emulate_speeds makes it), never from the runs it predicts."""
   runs = hetero['runs']
   base = runs['S-SGD']
+  tp, tc = calibrated(calibration, hetero['rate_kbit'])
   lines = [
     f'## Mixed cluster: rank 0 at half speed, {hetero["rate_kbit"] / 1000:.0f} Mbit/s '
-    f'({len(base)} runs per row)',
+    f'({len(base)} runs per row; model from the calibration: Tp_slow {2 * tp * 1e3:.1f} ms, '
+    f'Tc {tc * 1e3:.1f} ms, r = {tc / (2 * tp):.2f})',
     '',
     '| algorithm | r = Tc/Tp_slow | ms / step | steps / epoch | s / epoch | epoch speedup vs S-SGD '
-    '| model ms / step | model epoch speedup | hidden |',
+    '| model ms / step (calibration) | model epoch speedup | hidden |',
     '|---|---|---|---|---|---|---|---|---|',
   ]
   rows = {}
@@ -382,10 +397,10 @@ def hetero_lines(hetero):
     tcs = [b['Tc_s'] for b in base]
     epoch = [r['step_time_s'] * r['steps_per_epoch'] for r in rs]
     base_epoch = [b['step_time_s'] * b['steps_per_epoch'] for b in base]
-    model = [predicted_hetero(algorithm, tp, tc) for tp, tc in zip(slow, tcs)]
+    model = [predicted_hetero(algorithm, 2 * tp, tc)] * len(rs)
     model_speedup = [
-      predicted_hetero('ssgd', tp, tc) * b['steps_per_epoch'] / (m * r['steps_per_epoch'])
-      for tp, tc, m, r, b in zip(slow, tcs, model, rs, base)
+      predicted_hetero('ssgd', 2 * tp, tc) * b['steps_per_epoch'] / (m * r['steps_per_epoch'])
+      for m, r, b in zip(model, rs, base)
     ]
     rows[name] = speedup = [b / e for b, e in zip(base_epoch, epoch)]
     lines.append(
@@ -448,7 +463,7 @@ def render(report):
   if 'ratios' in report:
     lines += overlap_lines(report) + ['']
   if 'hetero' in report:
-    lines += hetero_lines(report['hetero']) + ['']
+    lines += hetero_lines(report['hetero'], report['calibration']) + ['']
   if 'ranks' in report:
     lines += ranks_lines(report['ranks']) + ['']
   return '\n'.join(lines)
@@ -503,7 +518,7 @@ def measure_overlap(out, report):
       for algo in order:
         wd = os.path.join(out, f'r{target:g}', f'rep{rep}', algo)
         by_algo[algo].append(run_job(wd, rate, algo))
-    rows = summarize(by_algo, rate, target)
+    rows = summarize(by_algo, rate, target, report['calibration'])
     report['ratios'].append({'target_r': target, 'rate_kbit': rate, 'runs': by_algo, 'rows': rows})
     dirs = [os.path.join(out, f'r{target:g}', 'rep0', algo) for algo in ALGOS]
     png = os.path.join(out, f'timeline_r{target:g}.png')

@@ -36,11 +36,18 @@ def _two_repeats():
   }
 
 
-def test_rows_use_the_ssgd_run_of_the_same_repeat():
-  rows = {r['algorithm']: r for r in bench.summarize(_two_repeats(), 600e3, 3.0)}
+# A calibration that predicts Tp = 0.1 s and, at 600 Mbit/s, Tc = 0.02 + 108000 / 600000 = 0.2 s.
+CALIBRATION = {'a_s': 0.02, 'b_s_kbit': 108000.0, 'Tp_s': 0.1}
+
+
+def test_rows_use_the_ssgd_run_of_the_same_repeat_and_the_calibration_for_the_model():
+  rows = {r['algorithm']: r for r in bench.summarize(_two_repeats(), 600e3, 3.0, CALIBRATION)}
   np.testing.assert_allclose(rows['ssgd']['r_measured'], [3.0, 4.0])
   np.testing.assert_allclose(rows['cocod_sgd']['speedup_vs_ssgd'], [4.0, 4.0])
-  np.testing.assert_allclose(rows['local_sgd']['predicted_step_s'], [0.16, 0.18])
+  # The model takes the calibration's Tp, Tc (0.1, 0.2), not those of the S-SGD runs (0.1, 0.3
+  # and 0.1, 0.4): Local-SGD 0.1 + 0.2 / 5 = 0.14, S-SGD 0.3 (its own runs took 0.4 and 0.5).
+  np.testing.assert_allclose(rows['local_sgd']['predicted_step_s'], [0.14, 0.14])
+  np.testing.assert_allclose(rows['ssgd']['predicted_step_s'], [0.3, 0.3])
   # max(k Tp, Tc) = 0.5 in both repeats.
   np.testing.assert_allclose(rows['cocod_sgd']['round_vs_ideal'], [1.1, 1.2])
   assert rows['ssgd']['round_vs_ideal'] == [None, None]
@@ -52,10 +59,10 @@ def _report():
   for timings in runs.values():
     for t in timings:
       t['steps_per_epoch'] = 10
-  rows = bench.summarize(runs, 600e3, 3.0)
+  rows = bench.summarize(runs, 600e3, 3.0, CALIBRATION)
   stagings = {'host': runs['cocod_sgd']}
   return {'ratios': [{'target_r': 3.0, 'rate_kbit': 600e3, 'runs': runs, 'rows': rows}],
-          'stagings': stagings}  # fmt: skip
+          'stagings': stagings, 'calibration': CALIBRATION}  # fmt: skip
 
 
 def test_pipe_table_adds_the_refill_of_each_epoch():
@@ -85,7 +92,9 @@ def test_render_reports_each_target():
     '- r = 3: CoCoD-SGD speedup over S-SGD = 4.00 [4.00, 4.00]x (target >= 1.6): met',
   ]
   report['ratios'][0]['runs']['local_sgd'][0]['step_time_s'] = 0.09
-  report['ratios'][0]['rows'] = bench.summarize(report['ratios'][0]['runs'], 600e3, 3.0)
+  report['ratios'][0]['rows'] = bench.summarize(
+    report['ratios'][0]['runs'], 600e3, 3.0, CALIBRATION
+  )
   bench.render(report)
   assert report['targets'][1].endswith('MISSED')
 
@@ -124,12 +133,26 @@ def test_hetero_model_and_rows():
 
   runs = {'S-SGD': [run(0.4, 15)], 'S-SGD+PS': [run(0.4, 10)], 'Pipe-SGD+PS': [run(0.25, 10)],
           'AsynLocal-SGD': [run(0.25, 10)], 'CoCoD-SGD+PS': [run(0.2, 10, 1.0)]}  # fmt: skip
-  lines = bench.hetero_lines({'rate_kbit': 600e3, 'runs': runs})
+  # The calibration: Tp 0.1 s (the slow rank's 0.2 s) and Tc 0.2 s at 600 Mbit/s.
+  lines = bench.hetero_lines({'rate_kbit': 600e3, 'runs': runs}, CALIBRATION)
+  assert 'model from the calibration: Tp_slow 200.0 ms, Tc 200.0 ms, r = 1.00' in lines[0]
   cocod = [line for line in lines if line.startswith('| CoCoD-SGD+PS')][0]
   # Epoch: 15 x 0.4 = 6 s against 10 x 0.2 = 2 s: 3x measured, and 3x by the model.
   assert (
     '| 2.00 [2.00, 2.00] | 3.00 [3.00, 3.00]x | 200.0 [200.0, 200.0] | 3.00 [3.00, 3.00]x' in cocod
   )
+
+  # The runs' own Tc (here 0.9 s) must not reach the model columns.
+  def model_cells(lines):
+    row = [line for line in lines if line.startswith('| CoCoD-SGD+PS')][0]
+    return [c.strip() for c in row.split('|')[7:9]]
+
+  assert model_cells(lines) == ['200.0 [200.0, 200.0]', '3.00 [3.00, 3.00]x']
+  for timings in runs.values():
+    timings[0]['Tc_s'] = 0.9
+  assert model_cells(bench.hetero_lines({'rate_kbit': 600e3, 'runs': runs}, CALIBRATION)) == [
+    '200.0 [200.0, 200.0]', '3.00 [3.00, 3.00]x'
+  ]  # fmt: skip
   assert lines[-1].endswith(': met')
 
 

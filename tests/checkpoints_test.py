@@ -25,6 +25,7 @@ import pytest
 from cocod_jax import algorithms
 from cocod_jax import checkpoints
 from cocod_jax import train
+from cocod_jax import workdir
 from tests import train_test
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,17 +65,41 @@ def _finals(workdir):
   return params, [{k: v for k, v in e.items() if k != 'train_time_s'} for e in epochs]
 
 
+def _count_steps(monkeypatch):
+  """Records every global step `t` that an algorithm computes (in a list it returns)."""
+  seen = []
+  for cls in algorithms.ALGORITHMS.values():
+
+    def counted(self, state, data, t, _step=cls.step):
+      seen.append(t)
+      return _step(self, state, data, t)
+
+    monkeypatch.setattr(cls, 'step', counted)
+  return seen
+
+
 @pytest.mark.parametrize('point', sorted(POINTS))
 @pytest.mark.parametrize('algorithm', ALGOS)
-def test_resume_after_sigterm_is_exact(tmp_path, monkeypatch, algorithm, point):
+def test_resume_after_sigterm_is_exact(tmp_path, monkeypatch, capsys, algorithm, point):
   c = _config(tmp_path, algorithm)
   train.train_and_evaluate(c, str(tmp_path / 'straight'))
+  boundary = POINTS[point]
   with monkeypatch.context() as m:
-    _sigterm_at(m, POINTS[point])
-    with pytest.raises(checkpoints.Preempted, match=f'step {POINTS[point]}'):
+    _sigterm_at(m, boundary)
+    with pytest.raises(checkpoints.Preempted, match=f'step {boundary}'):
       train.train_and_evaluate(c, str(tmp_path / 'stopped'))
   assert not (tmp_path / 'stopped' / 'results.json').exists()
-  train.train_and_evaluate(c, str(tmp_path / 'stopped'))
+  capsys.readouterr()
+  with monkeypatch.context() as m:
+    seen = _count_steps(m)
+    train.train_and_evaluate(c, str(tmp_path / 'stopped'))
+  # It continued where it stopped: no step before the boundary computed again (4 steps an
+  # epoch; 3 for AsynLocal-SGD, whose epochs count the slowest worker's steps).
+  spe = json.loads((tmp_path / 'straight' / 'results.json').read_text())['steps_per_epoch']
+  assert f'resuming from the checkpoint at step {boundary} (epoch {boundary // spe + 1})' in (
+    capsys.readouterr().out
+  )
+  assert seen == list(range(boundary, 3 * spe))
   (straight, straight_epochs), (resumed, resumed_epochs) = (
     _finals(tmp_path / 'straight'),
     _finals(tmp_path / 'stopped'),
@@ -117,8 +142,8 @@ def test_more_epochs_continue_and_other_changes_are_refused(tmp_path, monkeypatc
   assert [e['epoch'] for e in res['epochs']] == [1, 2, 3]
   straight = train.train_and_evaluate(c, str(tmp_path / 'straight'))
   assert res['final']['test_loss'] == straight['final']['test_loss']
-  c.optimizer.learning_rate = 0.07
-  with pytest.raises(checkpoints.ResumeError, match=r'optimizer.learning_rate: 0.05 -> 0.07'):
+  c.optimizer.learning_rate = 0.07  # The workdir's fingerprint refuses it before the checkpoint.
+  with pytest.raises(workdir.WorkdirError, match=r'optimizer.learning_rate: 0.05 -> 0.07'):
     train.train_and_evaluate(c, str(tmp_path / 'run'))
 
 
@@ -170,3 +195,24 @@ def test_crash_then_rerun_resumes_exactly(tmp_path):
   assert resumed[1] == straight[1]
   with open(tmp_path / 'run' / 'metrics.jsonl') as f:
     assert [json.loads(line)['epoch'] for line in f] == [1, 2, 3]  # No epoch twice.
+
+
+def test_two_signals_at_once_are_one_request_a_later_one_exits(monkeypatch):
+  # Slurm's --signal reaches every process of the step while a submitit task passes a SIGTERM
+  # on: both within moments must still end in a checkpoint; a second Ctrl-C seconds later ends
+  # the run at once (143).
+  guard = checkpoints.PreemptionGuard(deadline_s=600)
+  exits, clock = [], [100.0]
+  monkeypatch.setattr(checkpoints.os, '_exit', exits.append)
+  monkeypatch.setattr(checkpoints.time, 'monotonic', lambda: clock[0])
+  try:
+    guard._handle(signal.SIGUSR2, None)
+    assert guard.requested and exits == []
+    clock[0] += 0.5
+    guard._handle(signal.SIGTERM, None)
+    assert exits == []
+    clock[0] += 5.0
+    guard._handle(signal.SIGINT, None)
+    assert exits == [checkpoints.EXIT_KILLED]
+  finally:
+    guard._timer.cancel()

@@ -9,11 +9,16 @@ its 3rd collective, so the others time out), `kill_rank` (SIGKILL when starting 
 collective), `shape` (a model whose last kernel has one extra column), `kill_at_step` (SIGKILL at
 the start of global step `--fault_step`), `sigterm_at_step` (SIGTERM to itself there: a
 preemption), `kill_in_checkpoint` (SIGKILL after writing its part of the first checkpoint at or
-after step `--fault_step`, before the commit).
+after step `--fault_step`, before the commit), `sigterm_in_allreduce` (SIGTERM to itself from
+inside its `--fault_step`-th background collective, which then takes a second more: the signal
+arrives while a CoCoD-SGD snapshot average is in flight), `pause_at_step` (at global step
+`--fault_step`, writes WORKDIR/paused and sleeps 3 s: time for a test to signal the job
+mid-run).
 """
 
 import os
 import signal
+import threading
 import time
 
 from absl import app
@@ -28,12 +33,12 @@ from cocod_jax import steps
 from cocod_jax.cluster import mpi
 
 FAULTS = ['raise_in_thread', 'kill_rank', 'stall', 'shape', 'kill_at_step', 'sigterm_at_step',
-          'kill_in_checkpoint']  # fmt: skip
+          'kill_in_checkpoint', 'sigterm_in_allreduce', 'pause_at_step']  # fmt: skip
 flags.DEFINE_enum('fault', None, FAULTS, 'The fault.')
 flags.DEFINE_integer('fault_rank', 1, 'The rank that fails.')
 flags.DEFINE_integer('fault_step', 0, 'The global step of the step faults.')
 
-_calls = {'reduce': 0, 'start': 0}
+_calls = {'reduce': 0, 'start': 0, 'background': 0}
 
 
 def _rank():
@@ -54,6 +59,14 @@ def _inject(fault, step):
         raise RuntimeError('injected failure in the allreduce thread')
       if fault == 'stall':
         time.sleep(3600)
+    if (
+      fault == 'sigterm_in_allreduce' and threading.current_thread() is not threading.main_thread()
+    ):
+      _calls['background'] += 1
+      if _calls['background'] == step:
+        print(f'fault: SIGTERM inside the allreduce of {args[0].label}', flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1.0)  # The main thread handles the signal and steps on meanwhile.
     return reduce_(self, *args, **kwargs)
 
   def bad_start(self, *args, **kwargs):
@@ -62,8 +75,8 @@ def _inject(fault, step):
       os.kill(os.getpid(), signal.SIGKILL)
     return start(self, *args, **kwargs)
 
-  def bad_create(model, key, input_shape, worker):
-    state = create(model, key, input_shape, worker)
+  def bad_create(*args, **kwargs):
+    state = create(*args, **kwargs)
     if fault == 'shape':
       kernel = state.params['Dense_0']['kernel']
       state.params['Dense_0']['kernel'] = kernel[:, :1].repeat(kernel.shape[1] + 1, axis=1)
@@ -77,6 +90,9 @@ def _inject(fault, step):
     def stepped(self, state, data, t, _step=cls.step):
       if t == step and fault in ('kill_at_step', 'sigterm_at_step'):
         os.kill(os.getpid(), signal.SIGKILL if fault == 'kill_at_step' else signal.SIGTERM)
+      if t == step and fault == 'pause_at_step':
+        open(os.path.join(flags.FLAGS.workdir, 'paused'), 'w').close()
+        time.sleep(3.0)
       return _step(self, state, data, t)
 
     cls.step = stepped

@@ -1,12 +1,14 @@
 """Datasets: the embedded digits, npz used as given (and every bad file refused in one line),
 shards, and CIFAR through mocked TFDS."""
 
+import os
 import re
 
 import numpy as np
 import pytest
 
 from cocod_jax import input_pipeline
+from cocod_jax import models
 from cocod_jax import steps
 from cocod_jax import train
 from configs import test as test_config
@@ -37,13 +39,26 @@ def test_shards_contiguous_in_file_order_and_proportional():
   assert not set(shuffled[0]) & set(shuffled[1])
 
 
-def test_augment_shapes_and_flip():
+def test_augment_is_a_padded_crop_and_a_horizontal_flip():
+  # Every output image must be the 32x32 window at some offset (dy, dx) in [0, 8]^2 of the
+  # image zero-padded by 4, mirrored left-right or not; over 64 images both flips and several
+  # offsets occur (distinct pixel values make each match unique).
   import jax
 
-  img = np.arange(2 * 32 * 32 * 3, dtype=np.float32).reshape(2, 32, 32, 3)
-  out = steps.augment(jax.random.PRNGKey(0), img)
+  n = 64
+  img = 1.0 + np.arange(n * 32 * 32 * 3, dtype=np.float32).reshape(n, 32, 32, 3)
+  out = np.asarray(steps.augment(jax.random.PRNGKey(0), img))
   assert out.shape == img.shape
-  assert not np.array_equal(np.asarray(out), img)
+  padded = np.pad(img, ((0, 0), (4, 4), (4, 4), (0, 0)))
+  found = []
+  for i in range(n):
+    matches = [(dy, dx, flip) for dy in range(9) for dx in range(9) for flip in (False, True)
+               if np.array_equal(out[i], (lambda w: w[:, ::-1] if flip else w)(
+                 padded[i, dy : dy + 32, dx : dx + 32]))]  # fmt: skip
+    assert len(matches) == 1, (i, matches)
+    found.append(matches[0])
+  assert {f for _, _, f in found} == {False, True}
+  assert len({(dy, dx) for dy, dx, _ in found}) > 10
 
 
 def _tfds_metadata(tfds, name, data_dir):
@@ -74,7 +89,17 @@ def test_mocked_cifar_one_epoch(tmp_path, name, classes):
   c.batch_size = 16
   res = train.train_and_evaluate(c, str(tmp_path), ds)
   assert np.isfinite(res['final']['test_loss'])
-  assert 0.0 <= res['final']['test_accuracy'] <= 1.0
+  # The accuracy evaluated anew from the saved model, here: the same count of correct examples.
+  import flax
+  import jax
+
+  with np.load(tmp_path / 'final_params.npz') as f:
+    variables = flax.traverse_util.unflatten_dict({tuple(k.split('/')): f[k] for k in f.files})
+  logits = models.get_model('cnn', classes).apply(
+    variables, steps.preprocess(jax.numpy.asarray(ds.x_test), ds.normalize), train=False
+  )
+  correct = int(np.sum(np.argmax(np.asarray(logits), -1) == ds.y_test))
+  assert res['final']['test_accuracy'] == pytest.approx(correct / len(ds.y_test), abs=1e-9)
 
 
 def test_mock_data_alone_is_not_prepared():
@@ -220,3 +245,104 @@ def test_npz_labels_out_of_range(tmp_path):
   y[4] = 7
   message = _refused(_save(tmp_path, y_test=y), 'y_test holds 1 label', num_classes=3)
   assert 'dataset.num_classes=3 (largest 7)' in message and '0..2' in message
+
+
+# MNIST-1D: the authors' generator, cached on disk, keyed by its arguments.
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+  monkeypatch.setenv(input_pipeline.CACHE_ENV, str(tmp_path / 'cache'))
+  return tmp_path / 'cache'
+
+
+def test_mnist1d_default_split_is_the_packages(cache):
+  # The published split: exactly what the authors' generator makes with its own defaults.
+  from mnist1d import data as mnist1d_data
+
+  state = np.random.get_state()
+  ours = input_pipeline.load_dataset('mnist1d')
+  assert all(np.array_equal(a, b) for a, b in zip(np.random.get_state(), state))  # Untouched.
+  theirs = mnist1d_data.make_dataset(mnist1d_data.get_dataset_args())
+  assert ours.x_train.shape == (4000, 40, 1) and ours.x_test.shape == (1000, 40, 1)
+  np.testing.assert_allclose(ours.x_train[..., 0], theirs['x'], rtol=1e-6, atol=1e-6)
+  np.testing.assert_array_equal(ours.y_test, theirs['y_test'])
+  assert ours.num_classes == 10 and ours.x_train.dtype == np.float32
+  assert ours.y_train.dtype == np.int32 and not ours.augment_ok
+
+
+def test_mnist1d_cached_once_then_read(cache, monkeypatch):
+  a = input_pipeline.load_dataset('mnist1d_hard', train_examples=120, test_examples=40)
+  path = input_pipeline.mnist1d_cache_path('mnist1d_hard', 120, 40)
+  assert os.path.dirname(path) == str(cache / 'mnist1d') and os.path.exists(path)
+  assert sorted(os.listdir(cache / 'mnist1d')) == [os.path.basename(path)]  # No temporaries.
+
+  def never(*args):
+    raise AssertionError('generated again instead of read from the cache')
+
+  monkeypatch.setattr(input_pipeline, 'generate_mnist1d', never)
+  b = input_pipeline.load_dataset('mnist1d_hard', train_examples=120, test_examples=40)
+  np.testing.assert_array_equal(a.x_train, b.x_train)
+  np.testing.assert_array_equal(a.y_test, b.y_test)
+  assert a.x_train.shape == (120, 40, 1) and a.x_test.shape == (40, 40, 1)
+
+
+def test_mnist1d_changed_argument_never_reads_a_stale_cache(cache, monkeypatch):
+  hard = input_pipeline.load_dataset('mnist1d_hard', train_examples=60, test_examples=40)
+  large = input_pipeline.load_dataset('mnist1d_large', train_examples=60, test_examples=40)
+  assert not np.array_equal(hard.x_train, large.x_train)  # Other noise: another file.
+  # A generator argument changed in place (same variant name and sizes): another key.
+  variants = dict(input_pipeline.MNIST1D_VARIANTS)
+  train, test, args = variants['mnist1d_hard']
+  old_path = input_pipeline.mnist1d_cache_path('mnist1d_hard', 60, 40)
+  variants['mnist1d_hard'] = (train, test, {**args, 'iid_noise_scale': 0.2})
+  monkeypatch.setattr(input_pipeline, 'MNIST1D_VARIANTS', variants)
+  assert input_pipeline.mnist1d_cache_path('mnist1d_hard', 60, 40) != old_path
+  noisier = input_pipeline.load_dataset('mnist1d_hard', train_examples=60, test_examples=40)
+  assert not np.array_equal(noisier.x_train, hard.x_train)
+  # A file whose stored arguments differ from the ones asked for (copied in under the
+  # expected name) is generated again, not read.
+  new_path = input_pipeline.mnist1d_cache_path('mnist1d_hard', 60, 40)
+  os.replace(old_path, new_path)
+  again = input_pipeline.load_dataset('mnist1d_hard', train_examples=60, test_examples=40)
+  np.testing.assert_array_equal(again.x_train, noisier.x_train)
+
+
+def test_mnist1d_damaged_cache_is_generated_again(cache):
+  a = input_pipeline.load_dataset('mnist1d', train_examples=50, test_examples=20)
+  path = input_pipeline.mnist1d_cache_path('mnist1d', 50, 20)
+  with open(path, 'r+b') as f:
+    f.truncate(100)  # Cut short, as by a kill during a copy.
+  b = input_pipeline.load_dataset('mnist1d', train_examples=50, test_examples=20)
+  np.testing.assert_array_equal(a.x_test, b.x_test)
+
+
+def test_mnist1d_split_sizes_checked(cache):
+  from cocod_jax import config_validation
+
+  c = test_config.get_config()
+  c.dataset.name = 'mnist1d_large'
+  c.dataset.train_examples, c.dataset.test_examples = 95, 20
+  (line,) = config_validation.errors(c)
+  assert 'dataset.train_examples + dataset.test_examples = 95 + 20 = 115' in line
+  assert 'multiple of 10' in line
+  c.dataset.name, c.dataset.train_examples = 'digits', 100
+  (line,) = config_validation.errors(c)
+  assert 'dataset.train_examples=100' in line and "dataset.name='digits'" in line
+  assert "'mnist1d_large'" in line
+  c.dataset.train_examples = -1
+  assert any('dataset.train_examples=-1' in p for p in config_validation.errors(c))
+  with pytest.raises(input_pipeline.DataError, match='multiple of 10'):
+    input_pipeline.load_dataset('mnist1d', train_examples=7, test_examples=0)
+
+
+def test_mnist1d_one_epoch_of_the_cnn_stand_in(cache, tmp_path):
+  c = test_config.get_config()
+  c.dataset.name = 'mnist1d_large'
+  c.dataset.train_examples, c.dataset.test_examples = 160, 40
+  c.model.name = 'cnn1d'
+  c.batch_size = 16
+  c.algorithm.name = 'cocod_sgd'
+  res = train.train_and_evaluate(c, str(tmp_path / 'run'))
+  assert res['train_examples'] == 160 and res['test_examples'] == 40
+  assert np.isfinite(res['final']['test_loss'])

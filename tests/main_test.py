@@ -1,5 +1,6 @@
 """The entry point end to end (subprocesses), and every bad input refused before any output."""
 
+import json
 import os
 import subprocess
 import sys
@@ -95,12 +96,9 @@ BAD = {
 def test_bad_input_refused(tmp_path, case):
   overrides, field = BAD[case]
   wd = tmp_path / 'run'
-  p = _main(wd, *overrides)
-  assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
-  lines = p.stderr.strip().splitlines()
-  assert lines[-1].startswith('error: ') and field in lines[-1], p.stderr[-2000:]
-  assert 'Traceback' not in p.stderr
-  assert not wd.exists()  # Nothing written.
+  # Exactly one error line naming the field (not just the last of several), no traceback,
+  # nothing written.
+  _assert_refused(_main(wd, *overrides), wd, field)
 
 
 def _main_npz(tmp_path, arrays, *extra):
@@ -217,3 +215,45 @@ def test_divergence_stops_with_one_line(tmp_path):
   res = results_schema.load_results(str(wd / 'results.json'))
   assert res['status'] == 'diverged' and res['diverged']['workers']
   assert 'final' not in res and not (wd / 'final_params.npz').exists()
+
+
+def _strict_json(path):
+  """The file parsed as strict JSON: a NaN or Infinity token is an error, as in other readers."""
+
+  def refuse(token):
+    raise ValueError(f'{path} holds {token}, which is not JSON')
+
+  with open(path) as f:
+    return json.load(f, parse_constant=refuse)
+
+
+def test_huge_learning_rate_ends_diverged_with_valid_json(tmp_path):
+  # lr 1e6 on the linear model, 1 epoch: the training loss stays finite (if huge), but the
+  # averaged model's test loss overflows: the run stops as diverged instead of "completed" with
+  # `Infinity` in results.json.
+  wd = tmp_path / 'run'
+  p = _main(wd, '--config.optimizer.learning_rate=1e6')
+  assert p.returncode == 3, p.stderr[-3000:]
+  errors = [line for line in p.stderr.splitlines() if line.startswith('error: ')]
+  assert len(errors) == 1 and 'the test loss of the averaged model' in errors[0], p.stderr
+  res = _strict_json(wd / 'results.json')
+  assert res['status'] == 'diverged' and 'final' not in res
+  for line in (wd / 'metrics.jsonl').read_text().splitlines():
+    json.loads(line, parse_constant=lambda token: pytest.fail(f'metrics.jsonl holds {token}'))
+
+
+def test_model_that_cannot_take_the_data_is_one_line(tmp_path):
+  path = _npz(tmp_path, **_good_arrays())  # Flat features of 4 values.
+  wd = tmp_path / 'run'
+  p = _main(wd, '--config.dataset.name=npz', f'--config.dataset.path={path}',
+            '--config.model.name=cnn', '--config.batch_size=5')  # fmt: skip
+  _assert_refused(p, wd, "model.name='cnn'", f'dataset.path={path!r}', 'shape (4,)')
+
+
+def test_config_file_without_a_config_dict_is_one_line(tmp_path):
+  bad = tmp_path / 'bad_config.py'
+  bad.write_text('"""Returns a dict."""\n\n\ndef get_config():\n  return {"num_epochs": 1}\n')
+  p = _main(tmp_path / 'run', config=str(bad))
+  _assert_refused(
+    p, tmp_path / 'run', str(bad), 'returned a dict, not an ml_collections.ConfigDict'
+  )

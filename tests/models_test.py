@@ -53,3 +53,22 @@ def test_linear_starts_at_zero():
 def test_unknown_model_lists_known():
   with pytest.raises(ValueError, match='resnet18'):
     models.get_model('resnet50', 10)
+
+
+@pytest.mark.parametrize(
+  'name,params,has_stats',
+  # The authors' ConvBase (5210 with its convolutions' biases; BatchNorm's offsets replace them)
+  # and MLPBase of hidden width 100.
+  [('cnn1d', 5285, True), ('mlp1d', 15210, False)],
+)
+def test_mnist1d_stand_ins(name, params, has_stats):
+  model = models.get_model(name, 10)
+  x = jax.random.normal(jax.random.PRNGKey(1), (4, 40, 1))
+  v = model.init(jax.random.PRNGKey(0), x, train=False)
+  assert sum(a.size for a in jax.tree.leaves(v['params'])) == params
+  assert bool(v.get('batch_stats')) == has_stats
+  out, new = model.apply(v, x, train=True, mutable=['batch_stats'])
+  assert out.shape == (4, 10)
+  if has_stats:  # Training moves the statistics the algorithms average.
+    moved = jax.tree.map(lambda a, b: bool(jnp.any(a != b)), new['batch_stats'], v['batch_stats'])
+    assert all(jax.tree.leaves(moved))

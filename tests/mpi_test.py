@@ -5,6 +5,8 @@ job on every rank instead of hanging.
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -12,9 +14,12 @@ import time
 import numpy as np
 import pytest
 
+from cocod_jax import checkpoints
+from cocod_jax import input_pipeline
 from cocod_jax import results_schema
 from cocod_jax import schedules
 from cocod_jax import train
+from cocod_jax import workdir as workdir_lib
 from tests import train_test
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -142,14 +147,42 @@ def test_timeline_and_timing(tmp_path):
   assert res['backend'] == 'mpi'
   tm = res['timing']
   assert len(tm['ranks']) == 2 and tm['from_epoch'] == 2 and tm['steps'] == 4 * 5
-  assert tm['Tp_s'] > 0 and tm['Tc_s'] > 0 and 0 <= tm['hidden_fraction'] <= 1
   assert 0 <= tm['drain_s'] <= tm['exposed_comm_s']
   # 20 measured steps in rounds of 2: 10 snapshot averages per rank.
   assert all(r['collectives'] == 10 for r in tm['ranks'])
-  for rank in (0, 1):
+  # Every figure worked out again from the Chrome traces (the spans of epochs >= 2): a summary
+  # that took the wrong spans, or a hidden fraction clipped into [0, 1] from a wrong ratio, fails.
+  durations = []
+  for rank, figures in enumerate(tm['ranks']):
     trace = json.loads((tmp_path / 'run' / f'timeline_rank{rank}.json').read_text())
-    names = {(e['name'], e.get('tid')) for e in trace['traceEvents'] if e['ph'] == 'X'}
+    spans = [e for e in trace['traceEvents'] if e['ph'] == 'X']
+    names = {(e['name'], e.get('tid')) for e in spans}
     assert {('step', 0), ('snapshot', 0), ('correct', 0), ('wait', 0), ('allreduce', 1)} <= names
+    measured = [e for e in spans if e['args']['epoch'] >= 2]
+    sampled = [e for e in measured if e['args']['sampled']]
+    total = lambda es, cat: sum(e['dur'] for e in es if e['cat'] == cat) / 1e6
+    comm = [e['dur'] / 1e6 for e in measured if e['cat'] == 'allreduce']
+    durations.append(comm)
+    # Both parts of an average count: the allreduce and the local mean (one worker per rank
+    # here: its weighting); a background one's local mean is exposed, outside any wait span.
+    local = [e for e in sampled if e['cat'] == 'local']
+    assert local and all(e['tid'] == 2 and not e['args']['in_wait'] for e in local)
+    np.testing.assert_allclose(
+      figures['comm_s'], total(sampled, 'allreduce') + total(local, 'local'), rtol=1e-6
+    )
+    np.testing.assert_allclose(
+      figures['exposed_comm_s'], total(sampled, 'wait') + total(local, 'local'), rtol=1e-6
+    )
+    np.testing.assert_allclose(figures['Tc_s'], np.mean(comm), rtol=1e-6)
+    timed = [e for e in sampled if e['cat'] == 'step']
+    assert timed and figures['sampled_steps'] == len(timed)
+    np.testing.assert_allclose(figures['Tp_s'], total(timed, 'step') / len(timed), rtol=1e-6)
+  exposed = sum(r['exposed_comm_s'] for r in tm['ranks'])
+  comm_s = sum(r['comm_s'] for r in tm['ranks'])
+  np.testing.assert_allclose(tm['hidden_fraction'], max(0.0, 1 - exposed / comm_s), rtol=1e-6)
+  # Tc: per collective the shorter of the two ranks' spans (the other waited inside it).
+  np.testing.assert_allclose(tm['Tc_s'], np.mean(np.minimum(*durations)), rtol=1e-6)
+  assert tm['Tc_s'] <= tm['Tc_with_wait_s']
 
 
 def test_world_size_must_match_num_workers(tmp_path):
@@ -255,11 +288,16 @@ CKPT = ['--config=configs/test.py', '--config.backend=mpi', '--config.num_epochs
 
 
 @pytest.fixture(scope='module')
-def straight_run(tmp_path_factory):
+def straight_workdir(tmp_path_factory):
   workdir = tmp_path_factory.mktemp('straight')
   p = _mpirun(2, CKPT + [f'--workdir={workdir}'])
   assert p.returncode == 0, p.stderr[-3000:]
-  return _params(workdir)
+  return workdir
+
+
+@pytest.fixture(scope='module')
+def straight_run(straight_workdir):
+  return _params(straight_workdir)
 
 
 def _stopped_then_resumed(tmp_path, fault, step, expect_rc):
@@ -303,11 +341,185 @@ def test_kill_while_writing_a_checkpoint_is_ignored(tmp_path, straight_run):
   _assert_same(resumed, straight_run)
 
 
-def test_checkpoint_of_another_world_size_is_refused(tmp_path):
-  # A one-host run of 2 workers leaves a checkpoint of 1 process; 2 MPI ranks refuse it.
+def test_workdir_of_another_runtime_is_refused(tmp_path):
+  # A one-host run of 2 workers leaves its fingerprint and a checkpoint of 1 process; 2 MPI ranks
+  # refuse the workdir, naming the field that differs (the checkpoint's world size would be
+  # refused next: workdir_test.test_checkpoint_of_another_world_size_is_refused).
   one = train_test.test_config.get_config()
   one.checkpoint.every_epochs = 1
   train.train_and_evaluate(one, str(tmp_path))
   p = _mpirun(2, ['--config=configs/test.py', '--config.backend=mpi', f'--workdir={tmp_path}'])
   assert p.returncode == 2, p.stderr[-3000:]
-  assert 'written by 1 processes (MPI ranks) and this run has 2' in p.stderr
+  for rank in (0, 1):
+    assert (
+      f'error: rank {rank}: {tmp_path} holds a run of another config or data (config '
+      "backend: 'one_host' -> 'mpi')" in p.stderr
+    ), p.stderr[-3000:]
+
+
+def test_sigterm_while_an_allreduce_is_in_flight_resumes_exactly(tmp_path, straight_run):
+  # Rank 1 signals itself from inside its 8th background collective (the snapshot average of
+  # the round 21-23), which then takes a second more: the main thread steps on with the average
+  # in flight; the ranks agree at the next poll, the checkpoint drains and saves it.
+  p, again, resumed = _stopped_then_resumed(tmp_path, 'sigterm_in_allreduce', 8, 75)
+  assert (
+    'fault: SIGTERM inside the allreduce of the snapshot at the start of the round of '
+    'steps 21-23' in p.stdout
+  ), p.stdout
+  assert p.stdout.count('preempted at step 27: checkpoint written') == 2, p.stdout
+  assert 'resuming from the checkpoint at step 27 (epoch 2)' in again.stdout
+  assert again.stdout.count('epoch   2/4') == 1 and 'epoch   1/4' not in again.stdout
+  _assert_same(resumed, straight_run)
+
+
+def test_unreadable_part_on_one_rank_falls_back_on_all(tmp_path, straight_workdir, straight_run):
+  # The newest checkpoint (step 60) has rank 1's part truncated: rank 0 reads its own part, rank
+  # 1 cannot; both skip it, naming rank 1, and resume from step 45, ending equal.
+  workdir = tmp_path / 'run'
+  shutil.copytree(straight_workdir, workdir)
+  part = workdir / 'checkpoints' / '0000000060' / 'rank_1'
+  biggest = max((f for f in part.rglob('*') if f.is_file()), key=lambda f: f.stat().st_size)
+  with open(biggest, 'r+b') as f:
+    f.truncate(1)
+  again = _mpirun(2, CKPT + [f'--workdir={workdir}'])
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert 'skipping the unreadable checkpoint at step 60' in again.stdout, again.stdout
+  assert '(rank 1: ' in again.stdout
+  assert 'resuming from the checkpoint at step 45 (epoch 4)' in again.stdout
+  _assert_same(_params(workdir), straight_run)
+
+
+def test_held_workdir_refused_on_every_rank(tmp_path):
+  # This process holds the workdir (a run in progress); rank 0 finds the lock taken and every
+  # rank refuses with the same line, exit 2, nothing started.
+  c = train_test.test_config.get_config()
+  with workdir_lib.claim(str(tmp_path), c, input_pipeline.load_checked(c)):
+    p = _mpirun(2, CKPT + [f'--workdir={tmp_path}'])
+  assert p.returncode == 2, p.stderr[-3000:]
+  for rank in (0, 1):
+    assert f'error: rank {rank}: {tmp_path} is in use by another run (pid {os.getpid()}' in p.stderr
+  assert not (tmp_path / 'metrics.jsonl').exists()
+
+
+def test_one_host_run_under_mpirun_refused(tmp_path):
+  # `mpirun -np 2` without backend=mpi would start two one-host runs in one workdir.
+  p = _mpirun(2, ['--config=configs/test.py', f'--workdir={tmp_path / "run"}'])
+  assert p.returncode != 0
+  assert p.stderr.count("error: backend='one_host' is invalid inside an MPI job of 2") == 2
+  assert 'OMPI_COMM_WORLD_SIZE=2' in p.stderr and 'Traceback' not in p.stderr
+  assert not (tmp_path / 'run').exists()
+
+
+def test_ctrl_c_on_mpirun_checkpoints_and_says_so(tmp_path):
+  # Ctrl-C at a terminal: SIGINT to mpirun.sh's process group (stdin a terminal). Every rank
+  # checkpoints, prints the line, and the job exits 75.
+  workdir = tmp_path / 'run'
+  env = dict(os.environ)
+  env.pop('XLA_FLAGS', None)
+  args = ['--fault=pause_at_step', '--fault_step=20', f'--workdir={workdir}', *CKPT]
+  cmd = [MPIRUN, '-np', '2', sys.executable, 'tests/faults.py', *args]
+  terminal, tty = os.openpty()
+  try:
+    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=tty, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not (workdir / 'paused').exists() and p.poll() is None and time.monotonic() < deadline:
+      time.sleep(0.1)
+    os.killpg(p.pid, signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+  finally:
+    os.close(terminal)
+    os.close(tty)
+  assert p.returncode == 75, err[-3000:]
+  assert 'Ctrl-C: every rank finishes its round, writes a checkpoint and exits 75' in err
+  assert out.count('preempted at step ') == 2 and 'run the same command again' in out, out
+  assert 'Traceback' not in err
+
+
+SRUN = """#!/bin/bash
+# A stand-in for srun: the tasks under mpirun; with FAULT set, the job pauses at step 20 and gets
+# SIGTERM at every task there, as slurmstepd delivers `--signal=TERM@120`.
+[ "$1" = "--mpi=pmix" ] || { echo "srun stand-in: unexpected $1" >&2; exit 3; }
+shift
+python=$1; shift
+workdir=
+for a in "$@"; do case $a in --workdir=*) workdir=${a#--workdir=} ;; esac; done
+if [ -n "${FAULT:-}" ]; then
+  [ "$1 $2" = "-m cocod_jax.main" ] || { echo "srun stand-in: unexpected $1 $2" >&2; exit 3; }
+  shift 2
+  set -- tests/faults.py --fault=pause_at_step --fault_step=20 "$@"
+fi
+MPIRUN -np "$SLURM_NTASKS" "$python" "$@" </dev/null &
+job=$!
+if [ -n "${FAULT:-}" ]; then
+  while [ ! -e "$workdir/paused" ] && kill -0 $job 2>/dev/null; do sleep 0.1; done
+  for task in $(ps -o pid= --ppid $job); do kill -TERM "$task"; done
+fi
+status=0
+wait $job || status=$?
+exit $status
+"""
+
+
+def test_slurm_preemption_requeues_and_the_requeued_job_resumes(tmp_path, straight_run):
+  # launch/slurm_example.sbatch as Slurm runs it, with stand-ins for srun and scontrol: SIGTERM
+  # to every task mid-run (what --signal=TERM@120 sends), the ranks checkpoint and exit 75, the
+  # script requeues the job and exits 75; the requeued job (the same script, SLURM_RESTART_COUNT
+  # 1) resumes from that checkpoint and ends with the uninterrupted model.
+  bin_dir = tmp_path / 'bin'
+  bin_dir.mkdir()
+  (bin_dir / 'srun').write_text(SRUN.replace('MPIRUN', MPIRUN))
+  (bin_dir / 'scontrol').write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/scontrol.args\n')
+  for name in ('srun', 'scontrol'):
+    (bin_dir / name).chmod(0o755)
+  workdir = tmp_path / 'run'
+  env = dict(os.environ, PATH=f'{bin_dir}:{os.environ["PATH"]}', SLURM_NTASKS='2',
+             SLURM_SUBMIT_DIR=ROOT, SLURM_JOB_ID='4242', FAULT='1')  # fmt: skip
+  env.pop('XLA_FLAGS', None)
+  script = [os.path.join(ROOT, 'launch', 'slurm_example.sbatch'), 'configs/test.py', str(workdir)]
+  script += [a for a in CKPT if not a.startswith('--config=')]
+
+  def job(env):
+    return subprocess.run(['bash', *script], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=240)  # fmt: skip
+
+  first = job(env)
+  assert first.returncode == 75, first.stderr[-3000:]
+  assert 'requeueing job 4242' in first.stderr
+  assert first.stdout.count('preempted at step 27: checkpoint written') == 2, first.stdout
+  assert (tmp_path / 'scontrol.args').read_text().split() == ['requeue', '4242']
+  env.pop('FAULT')
+  again = job(dict(env, SLURM_RESTART_COUNT='1'))
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert 'resuming from the checkpoint at step 27 (epoch 2)' in again.stdout
+  assert (tmp_path / 'scontrol.args').read_text().split() == ['requeue', '4242']  # Not again.
+  _assert_same(_params(workdir), straight_run)
+
+
+def test_mpi_variants_match_reference(tmp_path):
+  # As train_test.test_variants_match_reference on 3 ranks, in one launch, the richest case:
+  # CoCoD-SGD with the period warm-up, BatchNorm statistics kept per worker and averaged momentum;
+  # every rank's state at the end and the final model.
+  algorithm, variant = 'cocod_sgd', 'bn_local'
+  options = train_test.VARIANTS[variant]
+  path, x, y = train_test._tiny_npz(tmp_path)
+  c = train_test.variant_config(path, algorithm, **options)
+  a = c.algorithm
+  _run_mpi(c, tmp_path / 'mpi', f'--config.algorithm.warmup_period_epochs={a.warmup_period_epochs}',
+           f'--config.algorithm.average_batch_stats={a.average_batch_stats}',
+           f'--config.algorithm.average_momentum={a.average_momentum}',
+           '--config.checkpoint.every_epochs=4')  # fmt: skip
+  with np.load(tmp_path / 'mpi' / 'final_params.npz') as f:
+    names = ['params/Dense_0/kernel', 'params/Dense_0/bias']
+    final = [f[n] for n in names + ['batch_stats/BatchNorm_0/mean', 'batch_stats/BatchNorm_0/var']]
+  workers = []
+  expected = train_test.variant_reference(x, y, algorithm, workers_out=workers, **options)
+  for rank in range(3):
+    state = checkpoints.Checkpointer(str(tmp_path / 'mpi'), rank, 3, None, 1).restore(8)[0]['state']
+    got = [state['params']['Dense_0'][k] for k in ('kernel', 'bias')]
+    got += [state['momentum']['Dense_0'][k] for k in ('kernel', 'bias')]
+    got += [state['batch_stats']['BatchNorm_0'][k] for k in ('mean', 'var')]
+    for g, e in zip(got, workers[rank]):
+      np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-6, err_msg=f'rank {rank}')
+  for g, e in zip(final, expected):
+    np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-6)

@@ -285,7 +285,13 @@ def test_cli_offline_exits_1_in_seconds(tmp_path):
 
 def test_cli_bad_input_exits_2():
   p = _cli('--dataset=cifar10,mnist')
-  _one_error_line(p, 2, "['mnist']", "['cifar10', 'cifar100']", 'digits, clusters100, npz need no')
+  _one_error_line(
+    p,
+    2,
+    "['mnist']",
+    "['cifar10', 'cifar100']",
+    'digits, clusters100, npz, mnist1d, mnist1d_large, mnist1d_hard need no',
+  )
   _one_error_line(_cli('--dataset='), 2, '--dataset is empty')
   _one_error_line(_cli('--datset=cifar10'), 2, 'datset')
 

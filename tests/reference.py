@@ -1,11 +1,29 @@
-"""An independent NumPy transcription of ALGORITHMS.md for the `linear` model (softmax regression).
+"""An independent NumPy transcription of ALGORITHMS.md for the `linear` and `linear_bn` models
+(softmax regression, on the raw features or on their BatchNorm standardisation).
 
 Written from the document, not from the library, so that the library's trajectories can be
 checked against it. Deterministic: worker i's shard is read in order, M_i examples a local step
 (its whole shard when M_i equals the shard's size), wrapping around; float64 throughout.
+
+What the options transcribe (ALGORITHMS.md, "Notation", and the config fields named):
+- `warmup_steps` (`algorithm.warmup_period_epochs` x steps per epoch): rounds of one step until
+  then, rounds of `period` after, counted from the end of the warm-up; the last round is cut by
+  the end of training.
+- `bn` (model `linear_bn`): each worker's `x` holds BatchNorm running statistics (mean, var)
+  besides the parameters. A training step standardises its batch with the batch's mean and
+  (biased) variance, `(z - mean) / sqrt(var + 1e-5)`, and moves the running statistics to
+  `0.9 stat + 0.1 batch_stat`. Without scale or bias the standardisation has no parameters, so
+  the gradient is the linear model's on the standardised batch.
+- `average_batch_stats`: the statistics are averaged with the model (Local-SGD, CoCoD-SGD) or
+  with the gradient (S-SGD, Pipe-SGD: the averaged statistics replace each worker's; for Pipe-SGD
+  those of the step before, as its gradient); otherwise each worker keeps its own.
+- `average_momentum`: the momentum buffers are averaged with the model (Local-SGD, CoCoD-SGD).
+The final model is the weighted average of every worker's parameters and statistics.
 """
 
 import numpy as np
+
+BN_MOMENTUM, BN_EPS = 0.9, 1e-5
 
 
 def grad(w, b, x, y, num_classes):
@@ -32,10 +50,15 @@ def wavg(trees, weights):
   return [sum(w * t[j] for w, t in zip(weights, trees)) for j in range(len(trees[0]))]
 
 
-def run(algorithm, shards, num_classes, steps, lr, mu, wd, period, batch_sizes, speeds=None):
-  """Returns the final averaged [w, b] after `steps` global iterations of `algorithm`.
+def run(algorithm, shards, num_classes, steps, lr, mu, wd, period, batch_sizes, speeds=None,
+        warmup_steps=0, bn=False, average_batch_stats=True, average_momentum=False,
+        workers_out=None):  # fmt: skip
+  """Returns the final averaged [w, b] (and [mean, var] with `bn`) after `steps` global
+  iterations of `algorithm`.
 
-  `lr` is a number or a function of the global step; `speeds` (C_i) matter to AsynLocal-SGD.
+  `lr` is a number or a function of the global step; `speeds` (C_i) matter to AsynLocal-SGD;
+  the other options are described in the module docstring. `workers_out`, a list, receives each
+  worker's [w, b, momentum of w, momentum of b] (and [mean, var]) before the final average.
   """
   n = len(shards)
   lr_at = lr if callable(lr) else (lambda t: lr)
@@ -44,43 +67,90 @@ def run(algorithm, shards, num_classes, steps, lr, mu, wd, period, batch_sizes, 
   zero = [np.zeros((d, num_classes)), np.zeros(num_classes)]
   x = [[a.copy() for a in zero] for _ in range(n)]
   m = [[a.copy() for a in zero] for _ in range(n)]
+  stats = [[np.zeros(d), np.ones(d)] for _ in range(n)]  # BatchNorm (mean, var) per worker.
   used = [0] * n  # Local steps taken by each worker: which rows of its shard come next.
 
   def g(i):
+    """Worker i's gradient at its x on its next batch, and the batch's (mean, var) with `bn`."""
     rows = len(shards[i][1]) // batch_sizes[i]
     r = used[i] % rows
     part = slice(r * batch_sizes[i], (r + 1) * batch_sizes[i])
     used[i] += 1
-    return grad(x[i][0], x[i][1], shards[i][0][part], shards[i][1][part], num_classes)
+    feats, labels = shards[i][0][part].astype(np.float64), shards[i][1][part]
+    batch = None
+    if bn:
+      batch = [feats.mean(0), feats.var(0)]
+      feats = (feats - batch[0]) / np.sqrt(batch[1] + BN_EPS)
+    return grad(x[i][0], x[i][1], feats, labels, num_classes), batch
+
+  def moved(old, batch):
+    return [BN_MOMENTUM * o + (1 - BN_MOMENTUM) * s for o, s in zip(old, batch)]
+
+  def local_step(i, lr):
+    gi, batch = g(i)
+    x[i], m[i] = opt(x[i], m[i], gi, lr, mu, wd)
+    if bn:
+      stats[i] = moved(stats[i], batch)
+
+  def synced(i):
+    """What the model averages hold for worker i: parameters, statistics, momentum."""
+    return (
+      x[i] + (stats[i] if bn and average_batch_stats else []) + (m[i] if average_momentum else [])
+    )
+
+  def set_synced(i, values):
+    values = list(values)
+    x[i] = values[:2]
+    rest = values[2:]
+    if bn and average_batch_stats:
+      stats[i], rest = rest[:2], rest[2:]
+    if average_momentum:
+      m[i] = rest[:2]
+
+  def round_start(t):
+    return t < warmup_steps or (t - warmup_steps) % period == 0
+
+  def round_end(t):
+    return t + 1 <= warmup_steps or (t + 1 - warmup_steps) % period == 0 or t + 1 == steps
 
   pending = None
   snapshot = None
   for t in range(steps):
     lr = lr_at(t)
-    if algorithm == 'ssgd':
-      gbar = wavg([g(i) for i in range(n)], weights)
-      for i in range(n):
-        x[i], m[i] = opt(x[i], m[i], gbar, lr, mu, wd)
-    elif algorithm == 'pipe_sgd':
-      gs = [g(i) for i in range(n)]
-      if pending is not None:  # Step 0 only fills the pipeline.
+    if algorithm in ('ssgd', 'pipe_sgd'):
+      computed = [g(i) for i in range(n)]
+      gbar = wavg([c[0] for c in computed], weights)
+      new_stats = [moved(stats[i], c[1]) for i, c in enumerate(computed)] if bn else None
+      if bn and average_batch_stats:
+        mean_stats = wavg(new_stats, weights)
+        new_stats = [[a.copy() for a in mean_stats] for _ in range(n)]
+      if algorithm == 'ssgd':
         for i in range(n):
-          x[i], m[i] = opt(x[i], m[i], pending, lr, mu, wd)
-      pending = wavg(gs, weights)
+          x[i], m[i] = opt(x[i], m[i], gbar, lr, mu, wd)
+          stats[i] = new_stats[i] if bn else stats[i]
+      else:
+        if pending is not None:  # Step 0 only fills the pipeline.
+          for i in range(n):
+            x[i], m[i] = opt(x[i], m[i], pending[0], lr, mu, wd)
+            if bn:  # The statistics travel with the gradient: those of the step before.
+              stats[i] = pending[1][i] if average_batch_stats else new_stats[i]
+        pending = (gbar, new_stats)
     elif algorithm == 'local_sgd':
       for i in range(n):
-        x[i], m[i] = opt(x[i], m[i], g(i), lr, mu, wd)
-      if (t + 1) % period == 0 or t + 1 == steps:
-        avg = wavg(x, weights)
-        x = [[a.copy() for a in avg] for _ in range(n)]
+        local_step(i, lr)
+      if round_end(t):
+        avg = wavg([synced(i) for i in range(n)], weights)
+        for i in range(n):
+          set_synced(i, [a.copy() for a in avg])
     elif algorithm == 'cocod_sgd':
-      if t % period == 0:
-        snapshot = [[a.copy() for a in xi] for xi in x]
+      if round_start(t):
+        snapshot = [[a.copy() for a in synced(i)] for i in range(n)]
         average = wavg(snapshot, weights)
       for i in range(n):
-        x[i], m[i] = opt(x[i], m[i], g(i), lr, mu, wd)
-      if (t + 1) % period == 0 or t + 1 == steps:
-        x = [[a + (xi - si) for a, xi, si in zip(average, x[i], snapshot[i])] for i in range(n)]
+        local_step(i, lr)
+      if round_end(t):
+        for i in range(n):
+          set_synced(i, [a + (xi - si) for a, xi, si in zip(average, synced(i), snapshot[i])])
     elif algorithm == 'asynlocal_sgd':
       # Round of k = period global steps from t: worker i takes k_i = max(1, floor(k C_i / C_min))
       # local steps, local step s at lr_{t + floor(s k / k_i)}; then the plain mean (equal M).
@@ -91,8 +161,11 @@ def run(algorithm, shards, num_classes, steps, lr, mu, wd, period, batch_sizes, 
           for s in range(k_i):
             if t + s * period // k_i >= end:
               break  # The round is cut short by the end of training.
-            gi = g(i)
+            gi, _ = g(i)
             x[i], m[i] = opt(x[i], m[i], gi, lr_at(t + s * period // k_i), mu, wd)
         mean = wavg(x, [1.0 / n] * n)
         x = [[a.copy() for a in mean] for _ in range(n)]
-  return wavg(x, weights)
+  if workers_out is not None:
+    workers_out.extend(x[i] + m[i] + (stats[i] if bn else []) for i in range(n))
+  final = wavg(x, weights)
+  return final + (wavg(stats, weights) if bn else [])

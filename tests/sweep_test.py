@@ -1,28 +1,35 @@
 """Tests of the sweep runner, the package cocod_jax/sweep/.
 
 The experiment file is tests/data/sweep/tiny.py: configs/test.py's run (seconds) as the cells of
-a sweep. Real runs happen once, in the module fixture `ran` (two training runs at once and one
-run the entry point refuses at run time); the rest works on hand-made directories, dry runs and
-golden texts (tests/data/sweep/*.golden; UPDATE_GOLDEN=1 rewrites them after a deliberate change).
+a sweep. Real runs happen in the module fixture `ran` (two training runs at once and one run the
+entry point refuses at run time) and in one sweep through submitit's local executor (a run
+preempted, requeued and resumed, and one that fails); the rest works on hand-made directories,
+dry runs, stand-ins for sbatch, srun and sacct, and golden texts (tests/data/sweep/*.golden;
+UPDATE_GOLDEN=1 rewrites them after a deliberate change).
 """
 
 import dataclasses
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
+import submitit
 
 from cocod_jax import errors
 from cocod_jax import provenance
+from cocod_jax.sweep import launchers
 from cocod_jax.sweep import local
 from cocod_jax.sweep import points as points_lib
 from cocod_jax.sweep import report
 from cocod_jax.sweep import runner
 from cocod_jax.sweep import slurm
 from cocod_jax.sweep import state as state_lib
+from cocod_jax.sweep import task as task_lib
 
 ROOT = provenance.ROOT
 DATA = os.path.join(ROOT, 'tests', 'data', 'sweep')
@@ -133,7 +140,7 @@ def test_expand_sweep_wide_overrides_and_mpi_commands(tmp_path):
   assert one_host.config['optimizer']['momentum'] == 0.5
   assert mpi.texts['optimizer.decay_epochs'] == '(1,)' and mpi.overrides['data_dir'] == '/data'
   assert points_lib.command(mpi)[:4] == ['launch/mpirun.sh', '-np', '2', sys.executable]
-  assert points_lib.command(mpi, 'slurm')[:5] == ['srun', '--mpi=pmix', '-n', '2', sys.executable]
+  assert points_lib.command(mpi, 'slurm')[:3] == [sys.executable, '-m', 'cocod_jax.main']
   assert points_lib.command(one_host, 'slurm')[0] == sys.executable
   (_, timed) = points_lib.expand(f'{TINY}:case=mixed', str(tmp_path), link_rate='1gbit')
   assert points_lib.command(timed)[:4] == ['launch/simnet.sh', '--rate', '1gbit', '--']
@@ -142,7 +149,7 @@ def test_expand_sweep_wide_overrides_and_mpi_commands(tmp_path):
   (_, ranks) = points_lib.expand(f'{TINY}:case=mixed', str(tmp_path), {'num_workers': 16,
                                  'mpi.workers_per_rank': 8, 'batch_size': 4})  # fmt: skip
   assert points_lib.command(ranks)[:3] == ['launch/mpirun.sh', '-np', '2']
-  assert points_lib.command(ranks, 'slurm')[:4] == ['srun', '--mpi=pmix', '-n', '2']
+  assert slurm._ranks(ranks, 'slurm') == 2 and slurm._ranks(ranks, 'local') == 1  # Tasks.
 
 
 def test_duplicates_are_rejected(tmp_path):
@@ -262,19 +269,26 @@ def test_states(point, tmp_path, monkeypatch):
   assert state_lib.state(point, HEAD).name == 'INCOMPLETE'
   _write(f'{d}/lock', dict(pid=os.getpid(), host='elsewhere'))  # Cannot be checked from here.
   assert state_lib.state(point, HEAD).name == 'INCOMPLETE'
-  _write(f'{d}/lock', dict(pid=None, host=host, slurm_job_id='77_3'))
-  monkeypatch.setattr(state_lib.shutil, 'which', lambda name: None)  # No squeue: trust the lock.
-  assert state_lib.state(point, HEAD) == state_lib.State('RUNNING', False, 'Slurm job 77_3')
-  bin_dir = tmp_path / 'bin'
-  bin_dir.mkdir()
-  squeue = bin_dir / 'squeue'
-  squeue.write_text(
-    '#!/bin/sh\necho "slurm_load_jobs error: Invalid job id specified" >&2\nexit 1\n'
+  zombie = subprocess.Popen(['true'])  # Ended, not waited for: not alive.
+  _wait_for(lambda: open(f'/proc/{zombie.pid}/stat').read().rsplit(')', 1)[1].split()[0] == 'Z')
+  _write(f'{d}/lock', dict(pid=zombie.pid, host=host))
+  assert state_lib.state(point, HEAD).name == 'INCOMPLETE'
+  zombie.wait()
+  _write(f'{d}/lock', dict(pid=None, host=host, job_id=str(os.getpid()), cluster='local'))
+  assert state_lib.state(point, HEAD).detail == f'submitit local job {os.getpid()} on {host}'
+  slurm_job = dict(pid=None, host='elsewhere', job_id='77_3', cluster='slurm')
+  _write(f'{d}/lock', slurm_job)
+  monkeypatch.setattr(state_lib.shutil, 'which', lambda name: None)  # No sacct: trust the lock.
+  assert state_lib.state(point, HEAD) == state_lib.State(
+    'RUNNING', False, 'Slurm job 77_3 (UNKNOWN)'
   )
-  squeue.chmod(0o755)
   monkeypatch.undo()
-  monkeypatch.setenv('PATH', f'{bin_dir}:{os.environ["PATH"]}')
-  assert state_lib.state(point, HEAD).name == 'INCOMPLETE'  # Slurm no longer knows the job.
+  _fake_slurm(tmp_path, monkeypatch, {'77': 'RUNNING', '78': 'CANCELLED by 0'})
+  assert state_lib.state(point, HEAD).detail == 'Slurm job 77_3 (RUNNING)'  # Asked sacct.
+  own = state_lib.Job('77_3', 'slurm')
+  assert state_lib.state(point, HEAD, own_job=own).name == 'INCOMPLETE'  # The job's own lock.
+  _write(f'{d}/lock', dict(slurm_job_id='78_1'))  # The earlier array script's record.
+  assert state_lib.state(point, HEAD).name == 'INCOMPLETE'  # Slurm says the job ended.
   os.remove(f'{d}/lock')
   _write(f'{d}/status.json', dict(rc=1))
   assert state_lib.state(point, HEAD) == state_lib.State('FAILED', False, 'exit status 1')
@@ -337,10 +351,63 @@ def test_table_renderer_golden():
     dict(dir='/w/points/local_sgd.c10_r18.cpu.s1-44444444', state='PENDING', stale=None,
          wall_s=None, metrics=None, detail=''),
   ]  # fmt: skip
-  _golden('table.golden.md', report.render(records, HEAD))
+  text = report.render(records, HEAD)
+  _golden('table.golden.md', text)
+  # The golden file was written from the renderer's output; what each row must say is written
+  # out here from the records by hand, so a renderer that shows the wrong field still fails.
+  rows = {line.split('|')[1].strip(): [c.strip() for c in line.split('|')[2:-1]]
+          for line in text.splitlines()[2:7]}  # fmt: skip
+  assert rows == {
+    'cocod_sgd.c10_r18.cpu.s0-0a1b2c3d': ['DONE', 'no', '41.2', '0.9123', '12.2'],
+    'ssgd.c10_r18.cpu.s0-11111111': ['DIVERGED', 'yes', '3.0', '-', '-'],
+    'pipe_sgd.c10_r18.cpu.s0-22222222': ['FAILED', 'no', '2.5', '-', '-'],
+    'local_sgd.c10_r18.cpu.s0-33333333': ['RUNNING', '-', '-', '-', '-'],
+    'local_sgd.c10_r18.cpu.s1-44444444': ['PENDING', '-', '-', '-', '-'],
+  }
+  assert '5 points: 1 DONE, 1 DIVERGED, 1 RUNNING, 1 FAILED, 1 PENDING' in text
+  assert 'warning: 1 point was run at another commit than HEAD (0123456789ab)' in text
+  assert 'FAILED: pipe_sgd.c10_r18.cpu.s0-22222222 (exit status 2)' in text
+  assert 'RUNNING: local_sgd.c10_r18.cpu.s0-33333333 (pid 123 on host)' in text
 
 
 # --------------------------------------------------------------------------- Slurm
+
+
+def _wait_for(predicate, timeout=240.0, what='a condition'):
+  end = time.monotonic() + timeout
+  while time.monotonic() < end:
+    try:
+      if predicate():
+        return
+    except OSError:
+      pass
+    time.sleep(0.05)
+  raise AssertionError(f'timed out waiting for {what}')
+
+
+def _fake_slurm(tmp_path, monkeypatch, states):
+  """Stand-ins on PATH: srun (never run: submitit only looks for it), sbatch (keeps each script
+  in tmp_path/sbatch/ and answers job 4242, 4243, ...) and sacct (one State per job id, from
+  `states`: for the job, and for tasks 0-9 when it is an array, as sacct writes a pending one)."""
+  bin_dir = tmp_path / 'bin'
+  bin_dir.mkdir(exist_ok=True)
+  (tmp_path / 'sbatch').mkdir(exist_ok=True)
+  lines = ''.join(
+    f"  case \"$*\" in *'-j {k}'*) printf '{k}|{v}|n1\\n{k}_[0-9]|{v}|n1\\n';; esac\n"
+    for k, v in states.items()
+  )
+  scripts = dict(
+    srun='#!/bin/sh\nexit 1\n',
+    sbatch=(
+      f'#!/bin/sh\nn=$(ls {tmp_path}/sbatch | wc -l)\ncp "$1" {tmp_path}/sbatch/$((4242 + n)).sh\n'
+      'echo "Submitted batch job $((4242 + n))"\n'
+    ),
+    sacct=f"#!/bin/sh\necho 'JobID|State|NodeList'\n{lines}",
+  )
+  for name, text in scripts.items():
+    (bin_dir / name).write_text(text)
+    (bin_dir / name).chmod(0o755)
+  monkeypatch.setenv('PATH', f'{bin_dir}:{os.environ["PATH"]}')
 
 
 def _normalized(text, points, workdir):
@@ -350,25 +417,116 @@ def _normalized(text, points, workdir):
   return text.replace(ROOT, '<ROOT>')
 
 
-def test_slurm_script_and_pending_golden(tmp_path, capsys):
-  config = f'{TINY}:case=mixed'
-  runner.run_sweep(config, str(tmp_path), launcher='slurm', dry_run=True, parallel=3)
-  printed = capsys.readouterr().out
-  assert not tmp_path.joinpath('sweeps').exists()  # A dry run writes nothing.
-  runner.run_sweep(
-    config, str(tmp_path), launcher='slurm', slurm_args=('--time=01:00:00',), timeout_s=600
+def test_slurm_options():
+  parse = slurm.parse_slurm_args
+  o = parse(['--time=1-02:03:04', '--partition=gpu', '--exclusive', '--ntasks-per-node=4'])
+  assert (o.minutes, o.tasks_per_node, o.sbatch) == (
+    1564,  # Rounded up: a limit is never shortened.
+    4,
+    {'partition': 'gpu', 'exclusive': True},
   )
-  out = tmp_path / 'sweeps' / 'tiny.mixed'
-  assert 'submit with: sbatch ' + str(out / 'sweep.sbatch') in capsys.readouterr().out
+  minutes = {'90': 90, '5:30': 6, '2:00:00': 120, '3-0': 4320, '1-2:30': 1590}
+  assert {k: slurm.parse_slurm_args([f'--time={k}']).minutes for k in minutes} == minutes
+  assert parse([]).minutes == slurm.DEFAULT_TIME_MIN  # submitit always writes a --time.
+  with pytest.raises(errors.UsageError) as e:
+    parse(['-p gpu', '--nodes=2', '--time=UNLIMITED', '--ntasks-per-node=0'])
+  assert e.value.problems == [
+    '--slurm_arg=-p gpu is invalid; allowed: a long sbatch option, --NAME=VALUE or --NAME '
+    '(e.g. --partition=gpu)',
+    '--slurm_arg=--nodes=2 is invalid: the runner sets --nodes itself (from the sweep and its '
+    'points); allowed: other sbatch options',
+    '--slurm_arg=--time=UNLIMITED is invalid; allowed: a time limit as M, M:S, H:M:S, D-H, '
+    'D-H:M or D-H:M:S (submitit needs a finite limit)',
+    '--slurm_arg=--ntasks-per-node=0 is invalid; allowed: an integer >= 1',
+  ]
+  launch = launchers.Launch(TINY, '/w', [], {}, HEAD)
+  with pytest.raises(errors.UsageError, match='allowed: a divisor of 6'):
+    slurm.slurm_parameters(launch, parse(['--ntasks-per-node=4']), 6, True)
+  assert slurm.slurm_parameters(launch, parse(['--ntasks-per-node=4']), 8, True)['nodes'] == 2
+
+
+def test_slurm_dry_run_and_parameters_golden(tmp_path, capsys):
+  config = f'{TINY}:case=mixed'
+  args = ('--time=01:00:00', '--partition=gpu')
+  runner.run_sweep(config, str(tmp_path), launcher='slurm', dry_run=True, slurm_args=args)
+  printed = capsys.readouterr().out
+  assert not tmp_path.joinpath('sweeps').exists() and not tmp_path.joinpath('points').exists()
   points = points_lib.expand(config, str(tmp_path))
-  script = (out / 'sweep.sbatch').read_text()
-  pending = json.loads((out / 'pending.json').read_text())
-  pending['commit'] = '<COMMIT>'
-  _golden('sweep.sbatch.golden', _normalized(script, points, tmp_path))
-  pending_text = json.dumps(pending, indent=2) + '\n'
-  _golden('pending.json.golden', _normalized(pending_text, points, tmp_path))
-  assert '#SBATCH --array=0-1%1' in printed  # Its MPI point: one at a time.
-  assert not tmp_path.joinpath('points').exists()  # Nothing runs here.
+  sbatch = printed[printed.index('\nsubmitit would submit') :]
+  _golden('submitit.sbatch.golden', _normalized(sbatch, points, tmp_path))
+  # What we hand submitit: the SlurmExecutor parameters of each job shape, and the local
+  # executor's (generic) ones.
+  launch = launchers.Launch(config, str(tmp_path), points, {}, HEAD)
+  options = slurm.parse_slurm_args(args)
+  shapes = {'one-host': (1, False), 'mpi': (2, True)}
+  params = {k: slurm.slurm_parameters(launch, options, *v) for k, v in shapes.items()}
+  params['local executor'] = slurm._executor_kwargs(params['one-host'], 'local')
+  _golden('submitit_parameters.golden.json', json.dumps(params, indent=2, sort_keys=True) + '\n')
+
+
+def test_slurm_submission_through_submitit(tmp_path, monkeypatch, capsys):
+  _fake_slurm(tmp_path, monkeypatch, {'4242': 'PENDING', '4243': 'CANCELLED by 0'})
+  workdir, args = tmp_path / 'w', ('--partition=gpu',)
+  runner.run_sweep(TINY, str(workdir), launcher='slurm', dry_run=True, slurm_args=args, parallel=2)
+  printed = capsys.readouterr().out
+  records = runner.run_sweep(TINY, str(workdir), launcher='slurm', slurm_args=args, parallel=2)
+  out = capsys.readouterr().out
+  submitted = (tmp_path / 'sbatch' / '4242.sh').read_text()  # One array of the three points.
+  assert submitted == printed[printed.index('#!/bin/bash') :]  # The dry run showed it.
+  assert '#SBATCH --array=0-2%2' in submitted and '--mpi=pmix' not in submitted
+  for i, r in enumerate(records):
+    assert r['state'] == 'RUNNING' and r['detail'] == f'Slurm job 4242_{i} (PENDING)', r
+    assert f'submitted {os.path.basename(r["dir"])}: Slurm job 4242_{i} (1 task(s))' in out
+    lock = json.load(open(os.path.join(r['dir'], 'lock')))
+    assert (lock['job_id'], lock['cluster'], lock['pid']) == (f'4242_{i}', 'slurm', None)
+  folder = str(workdir / 'sweeps' / 'tiny' / 'submitit' / '%j')
+  task = submitit.SlurmJob(folder, '4242_1').submission().function  # What each task calls.
+  point = points_lib.expand(TINY, str(workdir))[1]
+  assert isinstance(task, task_lib.PointTask) and task.point == point
+  assert (task.command, task.ranks, task.attempt) == (points_lib.command(point, 'slurm'), 1, 1)
+  again = runner.run_sweep(TINY, str(workdir), launcher='slurm')  # Queued: nothing more.
+  assert 'nothing to submit' in capsys.readouterr().out and again == records
+  for r in records:  # Jobs Slurm dropped: their points can run again.
+    _write(os.path.join(r['dir'], 'lock'), dict(job_id='4243', cluster='slurm'))
+  assert {r['state'] for r in runner.run_sweep(TINY, str(workdir), report_only=True)} == {'PENDING'}
+  with pytest.raises(errors.UsageError, match='no Slurm here'):
+    monkeypatch.setenv('PATH', os.path.dirname(sys.executable))  # No srun.
+    runner.run_sweep(TINY, str(tmp_path / 'x'), launcher='slurm')
+  assert not (tmp_path / 'x').exists()
+
+
+def test_job_tasks_rendezvous_and_a_run_preempted_of_its_own(tmp_path):
+  """Tasks of jobs run by submitit's local executor with stand-in commands (no training): an MPI
+  point's second rank runs its command when rank 0 runs the point (and is stopped when it goes on
+  past rank 0's end), and nothing when the point is DONE; a run that exits 75 of its own is
+  requeued through submitit (its next attempt exits 0)."""
+  a, b, c = points_lib.expand(TINY, str(tmp_path / 'w'))
+  _write(f'{b.dir}/results.json', _results(b.config))
+  marker = tmp_path / 'preempted'
+  rank = 'import os, time; r = os.environ["SUBMITIT_LOCAL_GLOBALID"]; print("rank", r, flush=True)'
+  echo = [sys.executable, '-c', rank + '; time.sleep(0 if r == "0" else 300)']
+  once = f'import os, sys; m = {str(marker)!r}; e = os.path.exists(m); open(m, "w"); '
+  once += 'sys.exit(0 if e else 75)'  # 75 the first time, then 0.
+  ex = submitit.AutoExecutor(folder=str(tmp_path / 'submitit' / '%j'), cluster='local')
+  ex.update_parameters(tasks_per_node=2, timeout_min=60, stderr_to_stdout=True)
+  ranked = [ex.submit(task_lib.PointTask(p, echo, 2, ended_grace_s=0.5)) for p in (a, b)]
+  ex.update_parameters(tasks_per_node=1)
+  preempted = ex.submit(task_lib.PointTask(c, [sys.executable, '-c', once], 1))
+  assert ranked[0].results() == [
+    dict(point=os.path.basename(a.dir), state='INCOMPLETE', ran=True, rc=0),
+    dict(rank=1, ran=True, rc=-signal.SIGTERM),  # Stopped 0.5 s after rank 0's run ended.
+  ]
+  assert 'rank 0' in open(f'{a.dir}/log.txt').read()
+  assert open(f'{a.dir}/log.rank1.txt').read() == 'rank 1\n'
+  assert ranked[1].results() == [
+    dict(point=os.path.basename(b.dir), state='DONE', ran=False),
+    dict(rank=1, ran=False),
+  ]
+  assert not os.path.exists(f'{b.dir}/log.rank1.txt') and not os.path.exists(f'{b.dir}/log.txt')
+  assert preempted.result()['rc'] == 0
+  assert 'Requeued job' in preempted.stdout()
+  assert json.load(open(f'{c.dir}/point.json'))['attempt'] == 2
+  assert not os.path.exists(f'{a.dir}/lock') and not os.path.exists(f'{c.dir}/lock')
 
 
 # --------------------------------------------------------------------------- real runs
@@ -463,21 +621,36 @@ def test_dry_run_and_report_only(ran, capsys, tmp_path):
   }
 
 
-def test_run_index_runs_one_pending_point(ran, monkeypatch, capsys):
-  workdir = ran[0]
-  runner.run_sweep(TINY, str(workdir), launcher='slurm', retry_failed=True)
-  pending = json.loads((workdir / 'sweeps' / 'tiny' / 'pending.json').read_text())
-  assert [e['state'] for e in pending['points']] == ['FAILED']
-  assert '--retry_failed' in (workdir / 'sweeps' / 'tiny' / 'sweep.sbatch').read_text()
-  with pytest.raises(errors.UsageError, match='--run_index=1 is invalid; allowed: 0..0'):
-    slurm.run_task(TINY, str(workdir), 1, retry_failed=True)
-  monkeypatch.setenv('SLURM_ARRAY_JOB_ID', '77')
-  monkeypatch.setenv('SLURM_ARRAY_TASK_ID', '0')
-  assert slurm.run_task(TINY, str(workdir), 0) == 1  # FAILED, and not to be retried.
-  assert slurm.run_task(TINY, str(workdir), 0, retry_failed=True) == 1
-  point = pending['points'][0]['dir']
-  info = json.load(open(os.path.join(point, 'point.json')))
-  assert info['slurm_job_id'] == '77_0' and info['launcher'] == 'slurm' and info['attempt'] == 2
-  log = open(os.path.join(point, 'log.txt')).read()
-  assert log.count('=== ') == 2  # The first attempt's log is kept above the second's.
-  assert '[1/1]' in capsys.readouterr().out
+def test_local_executor_preempts_requeues_and_resumes(tmp_path, monkeypatch):
+  """One sweep through submitit's local executor: seed 0 runs tests/data/sweep/stall.py (the
+  entry point, held at step 4 until a SIGTERM), its task gets SIGUSR2 there (submitit's
+  preemption signal), passes SIGTERM on, and the run checkpoints and exits 75; submitit requeues
+  the job and the next attempt resumes the run to DONE. The other point fails (exit status 2)."""
+  command = points_lib.command
+
+  def stalled(point, launcher='local', python=None):
+    cmd = command(point, launcher, python)
+    return cmd[:1] + ['tests/data/sweep/stall.py'] + cmd[3:]
+
+  monkeypatch.setattr(points_lib, 'command', stalled)
+  config, workdir = f'{TINY}:case=pair', str(tmp_path)
+  records = runner.run_sweep(config, workdir, launcher='slurm', slurm_cluster='local')
+  assert [r['state'] for r in records] == ['RUNNING', 'RUNNING']
+  held, failing = points_lib.expand(config, workdir)
+  log = os.path.join(held.dir, 'log.txt')
+  _wait_for(lambda: 'stalled at step 4' in open(log).read(), what='the run to reach step 4')
+  lock = json.load(open(os.path.join(held.dir, 'lock')))
+  os.kill(lock['pid'], signal.SIGUSR2)  # The task's pid; the run itself ignores SIGUSR2.
+  _wait_for(lambda: not {state_lib.state(p).name for p in (held, failing)} & {'RUNNING'})
+  done, failed = runner.run_sweep(config, workdir, report_only=True)
+  assert (done['state'], failed['state'], failed['rc']) == ('DONE', 'FAILED', 2)
+  text = open(log).read()
+  assert 'preempted at step 5: checkpoint written' in text
+  assert 'resuming from the checkpoint at step 5' in text and text.count('=== ') == 2
+  info = json.load(open(os.path.join(held.dir, 'point.json')))
+  assert (info['attempt'], info['job_id'], info['cluster']) == (2, lock['job_id'], 'local')
+  job = submitit.LocalJob(
+    os.path.join(workdir, 'sweeps', 'tiny.pair', 'submitit', '%j'), lock['job_id']
+  )
+  assert job.result() == dict(point=os.path.basename(held.dir), state='DONE', ran=True, rc=0)
+  assert 'Caught signal SIGUSR2' in job.stdout() and 'Requeued job' in job.stdout()

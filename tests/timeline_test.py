@@ -109,5 +109,23 @@ def test_local_mean_counts_as_communication():
   )
   np.testing.assert_allclose(s['hidden_fraction'], 1 - 0.23 / 0.43, rtol=1e-6)
   assert s['local_means'] == 2 and s['collectives'] == 2
-  combined = timeline_lib.combine([s, s])
+  combined = timeline_lib.combine([dict(s), dict(s)])
   assert combined['Tl_s'] == s['Tl_s'] and 'local mean 15.0 ms' in timeline_lib.describe(combined)
+
+
+def test_combine_takes_tc_without_the_wait_for_the_slow_rank():
+  # Two collectives. Rank 0 (fast) arrives first and waits inside both: its spans are 0.5 and
+  # 0.6 s; rank 1 arrives last, its spans are the collectives themselves, 0.2 and 0.3 s. Tc is
+  # their mean, 0.25 s, not the mean of everything (0.4 s), which counts rank 0's waits.
+  def rank(spans, tp):
+    return {'Tp_s': tp, 'Tc_s': float(np.mean(spans)), 'step_time_s': 1.0, 'round_time_s': None,
+            'exposed_comm_s': 0.1, 'drain_s': 0.0, 'comm_s': float(sum(spans)),
+            'from_epoch': 2, 'steps': 4, 'sampled_steps': 4, 'allreduce_s': spans}  # fmt: skip
+
+  tm = timeline_lib.combine([rank([0.5, 0.6], 0.1), rank([0.2, 0.3], 0.15)])
+  np.testing.assert_allclose([tm['Tc_s'], tm['Tc_with_wait_s']], [0.25, 0.4], rtol=1e-9)
+  np.testing.assert_allclose(tm['r'], 0.25 / 0.125, rtol=1e-9)
+  assert all('allreduce_s' not in r for r in tm['ranks'])  # Not written to results.json.
+  # Collectives are matched by their order: the minimum is taken per collective, not overall.
+  tm = timeline_lib.combine([rank([0.2, 0.6], 0.1), rank([0.5, 0.3], 0.1)])
+  np.testing.assert_allclose(tm['Tc_s'], 0.25, rtol=1e-9)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from cocod_jax import algorithms
+from cocod_jax import checkpoints
 from cocod_jax import config_validation
 from cocod_jax import input_pipeline
 from cocod_jax import schedules
@@ -308,3 +309,92 @@ def test_asynlocal_with_equal_speeds_is_local_sgd(tmp_path):
     runs[algorithm] = _run(c, tmp_path / algorithm)
   np.testing.assert_array_equal(runs['asynlocal_sgd'][0], runs['local_sgd'][0])
   np.testing.assert_array_equal(runs['asynlocal_sgd'][1], runs['local_sgd'][1])
+
+
+# The period warm-up, averaged momentum and BatchNorm statistics (averaged or kept per worker)
+# against the float64 reference: the `linear_bn` model (the linear model on BatchNorm-standardised
+# inputs), 3 workers of 10 examples at batch 5 (2 steps an epoch), 4 epochs, the first with
+# period 1 (rounds 0, 1), then period 3 (rounds 2-4, 5-7). The final model is an average, which
+# averaging the statistics on the way does not change (their update is affine), so each worker's
+# state in the checkpoint at the end is compared too. Each option changes the trajectory
+# (test_variants_change_the_trajectory).
+VARIANTS = {
+  'warmup': dict(warmup=1),
+  'momentum': dict(warmup=1, average_momentum=True),
+  'bn_averaged': dict(warmup=1, bn=True, average_batch_stats=True),
+  'bn_local': dict(warmup=1, bn=True, average_batch_stats=False, average_momentum=True),
+}
+
+
+def variant_config(path, algorithm, warmup=0, bn=False, average_batch_stats=True,
+                   average_momentum=False):  # fmt: skip
+  c = _config(path, algorithm, workers=3, batch=5, epochs=4, period=3)
+  c.algorithm.warmup_period_epochs = warmup
+  c.algorithm.average_batch_stats = average_batch_stats
+  c.algorithm.average_momentum = average_momentum
+  c.model.name = 'linear_bn' if bn else 'linear'
+  c.checkpoint.every_epochs = 4  # One checkpoint: every worker's state at the end.
+  return c
+
+
+def variant_reference(x, y, algorithm, warmup=0, workers_out=None, **options):
+  """The reference's final [w, b] (and [mean, var]) for `variant_config`'s run."""
+  shards = _shards(x, y, [10, 10, 10])
+  return reference.run(algorithm, shards, 3, 8, 0.5, 0.9, 1e-4, 3, [5, 5, 5],
+                       warmup_steps=2 * warmup, workers_out=workers_out, **options)  # fmt: skip
+
+
+def read_variant(workdir):
+  """(final [w, b, (mean, var)], each worker's [w, b, momentum w, momentum b, (mean, var)])."""
+  with np.load(os.path.join(workdir, 'final_params.npz')) as f:
+    names = ['params/Dense_0/kernel', 'params/Dense_0/bias']
+    names += [n for n in ('batch_stats/BatchNorm_0/mean', 'batch_stats/BatchNorm_0/var') if n in f]
+    final = [f[n] for n in names]
+  ckpt = checkpoints.Checkpointer(str(workdir), 0, 1, lambda: None, 1)
+  state = ckpt.restore(8)[0]['state']
+  leaves = [state['params']['Dense_0'][k] for k in ('kernel', 'bias')]
+  leaves += [state['momentum']['Dense_0'][k] for k in ('kernel', 'bias')]
+  if state['batch_stats']:
+    leaves += [state['batch_stats']['BatchNorm_0'][k] for k in ('mean', 'var')]
+  return final, [[leaf[i] for leaf in leaves] for i in range(3)]
+
+
+# S-SGD and Pipe-SGD have no period and keep every worker's momentum equal: only the statistics.
+VARIANT_CASES = [(a, v) for a in ('local_sgd', 'cocod_sgd') for v in sorted(VARIANTS)] + [
+  (a, v) for a in ('ssgd', 'pipe_sgd') for v in ('bn_averaged', 'bn_local')
+]
+
+
+@pytest.mark.parametrize('algorithm,variant', VARIANT_CASES)
+def test_variants_match_reference(tmp_path, algorithm, variant):
+  options = VARIANTS[variant]
+  path, x, y = _tiny_npz(tmp_path)
+  c = variant_config(path, algorithm, **options)
+  train.train_and_evaluate(c, str(tmp_path / 'run'))
+  final, workers = read_variant(tmp_path / 'run')
+  expected_workers = []
+  expected = variant_reference(x, y, algorithm, workers_out=expected_workers, **options)
+  assert len(final) == len(expected) and len(workers[0]) == len(expected_workers[0])
+  for got, want in zip(final + sum(workers, []), expected + sum(expected_workers, [])):
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+
+
+def test_variants_change_the_trajectory(tmp_path):
+  # Each option moves what the reference ends with (the final model or a worker's state), so a
+  # run that ignored it could not match.
+  _, x, y = _tiny_npz(tmp_path)
+
+  def ends(algorithm, **options):
+    workers = []
+    final = variant_reference(x, y, algorithm, workers_out=workers, **options)
+    return np.concatenate([a.ravel() for a in final + sum(workers, [])])
+
+  for algorithm in ('local_sgd', 'cocod_sgd'):  # S-SGD and Pipe-SGD have no period.
+    assert not np.allclose(ends(algorithm, warmup=1), ends(algorithm), rtol=1e-5)
+    momentum = ends(algorithm, **VARIANTS['momentum'])
+    assert not np.allclose(momentum, ends(algorithm, warmup=1), rtol=1e-5)
+  for algorithm in ('pipe_sgd', 'local_sgd', 'cocod_sgd'):  # S-SGD's workers stay identical.
+    options = {**VARIANTS['bn_local'], 'average_momentum': False}
+    kept = ends(algorithm, **options)
+    averaged = ends(algorithm, **{**options, 'average_batch_stats': True})
+    assert not np.allclose(kept, averaged, rtol=1e-5), algorithm

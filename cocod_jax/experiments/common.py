@@ -417,15 +417,13 @@ def ring_tc(tc_measured: float, n_measured: int, n: int) -> float:
   return tc_measured * (2 * (n - 1) / n) / (2 * (n_measured - 1) / n_measured)
 
 
-def _speedup_rows(algo, runs, ns) -> tuple[list[dict], dict]:
+def _speedup_rows(algo, runs, ns, calibrated) -> tuple[list[dict], dict]:
   """Figure 4 for one algorithm, from its results by worker count: the measured rows (epoch
-  time, speedup, Tp, Tc, r) and the model's curve over `ns` (Tp from the 1-worker run, Tc from
-  the run with the most workers, scaled as a ring allreduce)."""
+  time, speedup, Tp, Tc, r) and the model's curve over `ns` from the calibration runs'
+  `calibrated` (Tp, Tc, workers of Tc), Tc scaled as a ring allreduce."""
   base = epoch_time(runs[1])
-  top = max(runs)
-  tp = runs[1]['timing']['Tp_s']
-  tc = runs[top]['timing']['Tc_s']
-  k = runs[top]['config']['algorithm']['period']
+  tp, tc, top = calibrated
+  k = runs[max(runs)]['config']['algorithm']['period']
   model = {n: n * tp / timeline.model_step_time(algo, tp, ring_tc(tc, top, n), k) for n in ns}
   rows = [
     dict(
@@ -445,6 +443,7 @@ def _speedup_rows(algo, runs, ns) -> tuple[list[dict], dict]:
     'Tp_s': tp,
     'Tc_s': tc,
     'workers_measured': top,
+    'from': 'calibration runs (S-SGD, role=calibration)',
     'model': {str(n): v for n, v in model.items()},
   }
   return rows, model_row
@@ -452,8 +451,12 @@ def _speedup_rows(algo, runs, ns) -> tuple[list[dict], dict]:
 
 def speedup(points, algos, link, largest=16):
   """Figure 4: (Markdown, JSON) and the PNG of speedup(N) = epoch time at 1 / at N, measured,
-  beside the model N * Tp / step_model(Tp, Tc(N)) with Tp from the 1-worker runs and Tc from the
-  runs with the most workers."""
+  beside the model N * Tp / step_model(Tp, Tc(N)) with Tp and Tc from the separate calibration
+  runs of the sweep (`calibration.py`), never from the runs plotted."""
+  from cocod_jax.experiments import calibration  # pylint: disable=g-import-not-at-top
+
+  points, calibration_points = calibration.split(points)
+  calibrated = calibration.tp_tc(calibration_points)
   rows, model_rows = [], []
   plt = _pyplot()
   fig, ax = plt.subplots(figsize=(6, 4.2))
@@ -469,9 +472,9 @@ def speedup(points, algos, link, largest=16):
   ]
   for algo in algos:
     runs = {int(p.arg['workers']): p.results for p in points if p.arg['algo'] == algo and p.results}
-    if 1 not in runs or len(runs) < 2:
+    if 1 not in runs or len(runs) < 2 or calibrated is None:
       continue
-    algo_rows, model_row = _speedup_rows(algo, runs, ns)
+    algo_rows, model_row = _speedup_rows(algo, runs, ns, calibrated)
     rows += algo_rows
     model_rows.append(model_row)
     for row in algo_rows:
@@ -494,7 +497,8 @@ def speedup(points, algos, link, largest=16):
   png = save_figure(fig, 'fig4')
   lines += [
     '',
-    'Model: N Tp / step(Tp, Tc(N)) with Tc(N) scaled from the measured Tc as a ring '
-    'allreduce, 2 (N - 1) / N; measured speedups use epochs after the first.',
+    'Model: N Tp / step(Tp, Tc(N)) with Tp and Tc from separate S-SGD calibration runs (Tp '
+    'at 1 worker, Tc at the most workers, scaled as a ring allreduce, 2 (N - 1) / N), never '
+    'from the runs in the table; measured speedups use epochs after the first.',
   ]
   return '\n'.join(lines) + '\n', {'rows': rows, 'model': model_rows, 'png': png, 'link': link}

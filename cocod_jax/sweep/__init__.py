@@ -5,7 +5,9 @@ A room per job:
   points.py   expand an experiment file's sweep into points: resolve, validate, slug, hash
   state.py    a point's state from its directory (DONE, RUNNING, ...); the lock on a point
   local.py    run points here as subprocesses of the entry point, in parallel, with timeouts
-  slurm.py    the same points as a Slurm job array (pending.json, sweep.sbatch, --run_index)
+  slurm.py    the same points submitted through submitit (Slurm, or its local executor)
+  task.py     what each task of a submitted job runs; preemption and requeue
+  launchers.py  what the runner hands a launcher (local, slurm: one interface)
   report.py   the summary table, sweep.md and sweep.json
   runner.py   run_sweep: expand, read the states, run or submit, summarize
   __main__.py the command line

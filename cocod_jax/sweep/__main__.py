@@ -1,8 +1,8 @@
 """`python -m cocod_jax.sweep --config=FILE[:ARG] --workdir=DIR [flags]`: the runner's CLI.
 
-Exit status: 0 when every point is DONE or DIVERGED (and after a dry run or writing a Slurm
-array), 1 otherwise, 2 for a refused sweep (every reason printed, nothing written). With
-`--run_index=I` it is one task of a Slurm array (`slurm.run_task`).
+Exit status: 0 when every point is DONE or DIVERGED (and after a dry run or a Slurm
+submission), 1 otherwise (and when sbatch refused a job), 2 for a refused sweep (every reason
+printed, nothing written).
 """
 
 import sys
@@ -31,11 +31,8 @@ def _overrides(items) -> dict:
 
 
 def _run(f) -> int:
-  # What a Slurm task takes too (the array passes on those it was written with).
   common = dict(retry_failed=f.retry_failed, rerun_stale=f.rerun_stale, timeout_s=f.timeout_s)
   common.update(overrides=_overrides(f.set), overrides_as_text=True)
-  if f.run_index is not None:
-    return slurm.run_task(f.config, f.workdir, f.run_index, **common)
   how = dict(parallel=f.parallel, launcher=f.launcher, link_rate=f.link_rate)
   how.update(dry_run=f.dry_run, report_only=f.report_only, fail_fast=f.fail_fast)
   records = runner.run_sweep(f.config, f.workdir, slurm_args=tuple(f.slurm_arg), **how, **common)
@@ -54,6 +51,9 @@ def main(argv) -> int:
   except errors.UsageError as e:
     errors.report(e, footer=REFUSED)
     return errors.EXIT_USAGE
+  except slurm.SubmitError as e:
+    errors.report(e)
+    return 1
 
 
 if __name__ == '__main__':

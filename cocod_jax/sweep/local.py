@@ -6,6 +6,9 @@ log.txt, appended across attempts. Runs start in sessions of their own, so that 
 `mpirun` and its ranks together; Ctrl-C or SIGTERM of the runner is passed on to them (a run then
 checkpoints and exits 75, INCOMPLETE, resumed by the next invocation; a second signal kills).
 One line per point start and end; on a terminal a tqdm bar counts the points that ended.
+
+The launcher `local` (`start`, `describe`: see launchers.py); `launch`, `finish`, `progress` and
+`check_deadline` also serve the tasks of submitted jobs (slurm.py).
 """
 
 import dataclasses
@@ -34,7 +37,10 @@ POINT_FIELDS = ('config_file', 'config_arg', 'overrides', 'config', 'hash', 'slu
 
 
 @dataclasses.dataclass
-class _Run:
+class Run:
+  """A run in flight: its point, progress label, process, log (and where this attempt's part of
+  it starts), start time and deadline, and whether the deadline ended it."""
+
   point: points_lib.Point
   label: str
   proc: subprocess.Popen
@@ -56,22 +62,68 @@ def _log_tail(path: str, offset: int) -> list[str]:
   return text.splitlines()[-LOG_TAIL_LINES:]
 
 
-def _write_point_json(point, launcher: str, head: str, cmd: list, slurm_job_id) -> None:
+def _write_point_json(point, launcher: str, head: str, cmd: list, job) -> None:
   path = os.path.join(point.dir, 'point.json')
   attempt = int((state_lib.read_json(path) or {}).get('attempt', 0)) + 1
   record = {k: getattr(point, k) for k in POINT_FIELDS}
   record.update(commit=head, dirty=provenance.dirty(), command=cmd, command_line=shlex.join(cmd))
   record.update(created=state_lib.now(), host=socket.gethostname(), launcher=launcher)
-  files.write_json_atomic(path, dict(record, slurm_job_id=slurm_job_id, attempt=attempt))
+  record.update(job_id=job and job.id, cluster=job and job.cluster)
+  files.write_json_atomic(path, dict(record, attempt=attempt))
 
 
-def launch(point, launcher: str, head: str, slurm_job_id, label: str, timeout_s: float):
-  """Starts `point` (point.json, lock, log) and returns its _Run, or None when it is locked."""
-  os.makedirs(point.dir, exist_ok=True)
-  if not state_lib.take_lock(point.dir, slurm_job_id):
+def _ignoring(signals):
+  """A preexec_fn that makes the child ignore `signals` (kept across exec), or None."""
+  if not signals:
     return None
-  cmd = points_lib.command(point, launcher)
-  _write_point_json(point, launcher, head, cmd, slurm_job_id)
+
+  def ignore():
+    for sig in signals:
+      signal.signal(sig, signal.SIG_IGN)
+
+  return ignore
+
+
+def spawn(cmd: list, log, ignored_signals=()) -> subprocess.Popen:
+  """Starts `cmd` from provenance.ROOT in a session of its own, its output appended to `log`.
+
+  The test suite's and the user's XLA_FLAGS (emulated devices) must not reach the run: the entry
+  point sets the device count from the config.
+  """
+  env = dict(os.environ)
+  env.pop('XLA_FLAGS', None)
+  env['PYTHONUNBUFFERED'] = '1'
+  return subprocess.Popen(
+    cmd,
+    cwd=provenance.ROOT,
+    env=env,
+    stdout=log,
+    stderr=subprocess.STDOUT,
+    start_new_session=True,
+    preexec_fn=_ignoring(ignored_signals),
+  )
+
+
+def launch(point, cmd, launcher, head, job, label, timeout_s, ignored_signals=()):
+  """Starts `point` (point.json, lock, log) and returns its Run, or None when it is locked.
+
+  Args:
+    point: the point.
+    cmd: its command (`points.command`), run from provenance.ROOT.
+    launcher: 'local' or 'slurm', recorded in point.json.
+    head: HEAD's commit, recorded in point.json.
+    job: the state.Job the run belongs to (recorded in the lock and point.json), or None.
+    label: the run's label in progress lines, e.g. '[2/5]'.
+    timeout_s: the run's time limit (`check_deadline`).
+    ignored_signals: signals the run starts ignoring (a job's tasks: see slurm.py).
+
+  Returns:
+    The Run, or None when someone else holds the point's lock.
+  """
+  os.makedirs(point.dir, exist_ok=True)
+  if not state_lib.take_lock(point.dir, job):
+    return None
+  _write_point_json(point, launcher, head, cmd, job)
   # An old status would make a run killed before it ends look FAILED instead of INCOMPLETE.
   if os.path.exists(os.path.join(point.dir, 'status.json')):
     os.remove(os.path.join(point.dir, 'status.json'))
@@ -79,26 +131,16 @@ def launch(point, launcher: str, head: str, slurm_job_id, label: str, timeout_s:
   offset = log.tell()
   log.write(f'=== {state_lib.now()} on {socket.gethostname()}: {shlex.join(cmd)}\n'.encode())
   log.flush()
-  env = dict(os.environ)
-  # The test suite's and the user's XLA_FLAGS (emulated devices) must not reach the run: the
-  # entry point sets the device count from the config.
-  env.pop('XLA_FLAGS', None)
-  env['PYTHONUNBUFFERED'] = '1'
-  proc = subprocess.Popen(
-    cmd,
-    cwd=provenance.ROOT,
-    env=env,
-    stdout=log,
-    stderr=subprocess.STDOUT,
-    start_new_session=True,
-  )
+  proc = spawn(cmd, log, ignored_signals)
   state_lib.note_child(point.dir, proc.pid)
   start = time.monotonic()
-  return _Run(point, label, proc, log, offset, start, start + timeout_s)
+  return Run(point, label, proc, log, offset, start, start + timeout_s)
 
 
-def finish(run: _Run, head: str) -> state_lib.State:
-  """Writes status.json of an ended run, releases its lock; returns the point's new state."""
+def finish(run: Run, head: str, keeping_job=None) -> state_lib.State:
+  """Writes status.json of an ended run and releases its lock, unless `keeping_job` (a
+  state.Job that requeues itself) keeps it; returns the point's new state (as that job sees
+  it)."""
   run.log.close()
   rc = run.proc.returncode
   status = dict(
@@ -112,11 +154,12 @@ def finish(run: _Run, head: str) -> state_lib.State:
   if status['rc'] != 0:
     status['log_tail'] = _log_tail(os.path.join(run.point.dir, 'log.txt'), run.offset)
   files.write_json_atomic(os.path.join(run.point.dir, 'status.json'), status)
-  state_lib.release_lock(run.point.dir)
-  return state_lib.state(run.point, head)
+  if keeping_job is None:
+    state_lib.release_lock(run.point.dir)
+  return state_lib.state(run.point, head, keeping_job)
 
 
-def progress(run: _Run, s: state_lib.State) -> str:
+def progress(run: Run, s: state_lib.State) -> str:
   """The line that says how a run ended."""
   p, wall = run.point, time.monotonic() - run.start
   head = f'{run.label} {os.path.basename(p.dir)} ...'
@@ -138,7 +181,8 @@ def progress(run: _Run, s: state_lib.State) -> str:
   return f'{head} FAILED (exit status {status.get("rc")}) in {wall:.0f} s{why}; log {p.dir}/log.txt'
 
 
-def _signal_groups(runs, sig) -> None:
+def signal_groups(runs, sig) -> None:
+  """Sends `sig` to the process group of each run (a run and, under mpirun, its ranks)."""
   for r in runs:
     try:
       os.killpg(r.proc.pid, sig)
@@ -146,13 +190,25 @@ def _signal_groups(runs, sig) -> None:
       pass
 
 
+def check_deadline(run: Run) -> None:
+  """SIGTERM to a live run past its deadline (it checkpoints and exits; recorded as timed out),
+  SIGKILL KILL_GRACE_S later."""
+  now = time.monotonic()
+  if not run.timed_out and now > run.deadline:
+    run.timed_out, run.killed_at = True, now
+    signal_groups([run], signal.SIGTERM)
+  elif run.killed_at is not None and now > run.killed_at + KILL_GRACE_S:
+    signal_groups([run], signal.SIGKILL)
+    run.killed_at = float('inf')
+
+
 class _Pool:
   """The runs of one invocation: a queue of points, the runs in flight, the states they ended in."""
 
-  def __init__(self, todo, parallel, launcher, head, timeout_s, fail_fast, slurm_job_id):
+  def __init__(self, todo, parallel, head, timeout_s, fail_fast):
     self.queue, self.running, self.ended = list(todo), [], {}
-    self.parallel, self.launcher, self.head = parallel, launcher, head
-    self.timeout_s, self.fail_fast, self.slurm_job_id = timeout_s, fail_fast, slurm_job_id
+    self.parallel, self.head = parallel, head
+    self.timeout_s, self.fail_fast = timeout_s, fail_fast
     self.signals, self.failed, self.started, self.total = 0, False, 0, len(todo)
     self.bar = tqdm.tqdm(total=len(todo), unit='point', disable=None, leave=False)
 
@@ -162,7 +218,7 @@ class _Pool:
 
   def on_signal(self, signum, frame) -> None:  # pylint: disable=unused-argument
     self.signals += 1
-    _signal_groups(self.running, signal.SIGKILL if self.signals > 1 else signal.SIGTERM)
+    signal_groups(self.running, signal.SIGKILL if self.signals > 1 else signal.SIGTERM)
 
   def start_more(self) -> None:
     while self.queue and len(self.running) < self.parallel:
@@ -176,8 +232,8 @@ class _Pool:
         self.say(f'{label} {name} ... {now.name}, skipped')
         self.bar.update()
         continue
-      args = (self.launcher, self.head, self.slurm_job_id, label, self.timeout_s)
-      run = launch(point, *args)
+      cmd = points_lib.command(point, 'local')
+      run = launch(point, cmd, 'local', self.head, None, label, self.timeout_s)
       if run is None:
         self.say(f'{label} {name} ... locked by another runner, skipped')
         self.bar.update()
@@ -187,14 +243,8 @@ class _Pool:
 
   def poll(self) -> None:
     for run in list(self.running):
-      now = time.monotonic()
       if run.proc.poll() is None:
-        if not run.timed_out and now > run.deadline:
-          run.timed_out, run.killed_at = True, now
-          _signal_groups([run], signal.SIGTERM)
-        elif run.killed_at is not None and now > run.killed_at + KILL_GRACE_S:
-          _signal_groups([run], signal.SIGKILL)
-          run.killed_at = float('inf')
+        check_deadline(run)
         continue
       self.running.remove(run)
       s = finish(run, self.head)
@@ -219,22 +269,20 @@ class _Pool:
     return self.ended
 
 
-def run_points(todo, parallel, launcher, head, timeout_s, fail_fast, slurm_job_id=None) -> dict:
-  """Runs `todo` (up to `parallel` at once); returns {dir: State} of those that ran.
+def run_points(todo, parallel, head, timeout_s, fail_fast) -> dict:
+  """Runs `todo` here (up to `parallel` at once); returns {dir: State} of those that ran.
 
   Args:
     todo: the points to run, in order.
     parallel: runs at once.
-    launcher: 'local' or 'slurm' (how MPI points are started: `points.command`).
     head: HEAD's commit, recorded in point.json.
     timeout_s: a run taking longer gets SIGTERM, then SIGKILL after KILL_GRACE_S (FAILED, 124).
     fail_fast: start no further point after one fails.
-    slurm_job_id: the Slurm job this runs in (recorded in the lock and point.json), or None.
 
   Returns:
     The state each run ended in, by point directory.
   """
-  pool = _Pool(todo, parallel, launcher, head, timeout_s, fail_fast, slurm_job_id)
+  pool = _Pool(todo, parallel, head, timeout_s, fail_fast)
   handlers = {}
   try:
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -246,3 +294,25 @@ def run_points(todo, parallel, launcher, head, timeout_s, fail_fast, slurm_job_i
   finally:
     for sig, handler in handlers.items():
       signal.signal(sig, handler)
+
+
+def start(launch_) -> None:
+  """The launcher's `start`: runs `launch_.todo` here, STALE directories moved aside first
+  (rerun_stale); `launch_` is a launchers.Launch."""
+  r = launch_
+  n_finished = sum(s.name in state_lib.FINISHED for s in r.states.values())
+  print(
+    f'sweep {points_lib.sweep_name(r.config)}: {len(r.states)} points ({n_finished} finished, '
+    f'{len(r.todo)} to run) in {os.path.abspath(r.workdir)}; commit {r.head[:12]}',
+    flush=True,
+  )
+  for p in r.todo:
+    s = r.states[p.dir]
+    if r.rerun_stale and s.stale and os.path.isdir(p.dir) and s.name != 'PENDING':
+      print(f'moved aside (stale): {state_lib.move_aside(p.dir)}')
+  run_points(r.todo, r.parallel, r.head, r.timeout_s, r.fail_fast)
+
+
+def describe(launch_) -> str:  # pylint: disable=unused-argument
+  """The launcher's `describe`: nothing beyond the points' commands (they run as printed)."""
+  return ''

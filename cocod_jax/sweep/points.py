@@ -289,8 +289,8 @@ def command(point: Point, launcher: str = 'local', python: str | None = None) ->
   Args:
     point: the point.
     launcher: 'local' (MPI points under launch/mpirun.sh, on launch/simnet.sh with a link
-      rate) or 'slurm' (MPI points under `srun --mpi=pmix` inside the array task); either with
-      `point.ranks` processes.
+      rate) or 'slurm' (the entry point alone: every task of the point's job runs it as one MPI
+      rank, the tasks started by submitit's `srun --mpi=pmix`); `point.ranks` ranks either way.
     python: the interpreter; sys.executable by default.
 
   Returns:
@@ -299,10 +299,7 @@ def command(point: Point, launcher: str = 'local', python: str | None = None) ->
   config = f'{point.config_file}:{point.config_arg}' if point.config_arg else point.config_file
   cmd = [python or sys.executable, '-m', 'cocod_jax.main', f'--config={config}']
   cmd += [f'--workdir={point.dir}'] + [f'--config.{p}={t}' for p, t in point.texts.items()]
-  if point.backend != 'mpi':
+  if point.backend != 'mpi' or launcher == 'slurm':
     return cmd
-  n = str(point.ranks)
-  if launcher == 'slurm':
-    return ['srun', '--mpi=pmix', '-n', n] + cmd
-  cmd = ['launch/mpirun.sh', '-np', n] + cmd
+  cmd = ['launch/mpirun.sh', '-np', str(point.ranks)] + cmd
   return ['launch/simnet.sh', '--rate', point.link_rate, '--'] + cmd if point.link_rate else cmd

@@ -3,8 +3,9 @@
 Every point is expanded, resolved and validated before anything is written (`points.expand`);
 then the states are read from disk (`state`), the points to run are chosen (PENDING and
 INCOMPLETE; FAILED with retry_failed; STALE with rerun_stale, their directories moved aside), and
-they run here (`local`) or become a Slurm array (`slurm`); the summary (`report`) goes to the
-terminal and to `DIR/sweeps/<name>/sweep.{md,json}`.
+they run here or are submitted to Slurm by the launcher of that name (launchers.py: `local`,
+`slurm`, one interface); the summary (`report`) goes to the terminal and to
+`DIR/sweeps/<name>/sweep.{md,json}`.
 """
 
 import os
@@ -13,7 +14,7 @@ import shlex
 from cocod_jax import errors
 from cocod_jax import flags as cocod_flags
 from cocod_jax import provenance
-from cocod_jax.sweep import local
+from cocod_jax.sweep import launchers
 from cocod_jax.sweep import points as points_lib
 from cocod_jax.sweep import report
 from cocod_jax.sweep import slurm
@@ -25,7 +26,7 @@ def finished(records: list[dict]) -> bool:
   return all(r['state'] in state_lib.FINISHED for r in records)
 
 
-def _check_options(launcher, parallel, timeout_s, link_rate) -> None:
+def _check_options(launcher, parallel, timeout_s, link_rate, slurm_cluster) -> None:
   if launcher not in cocod_flags.LAUNCHERS:
     raise errors.UsageError(f"--launcher={launcher!r} is invalid; allowed: 'local', 'slurm'")
   if not isinstance(parallel, int) or parallel < 1:
@@ -39,6 +40,11 @@ def _check_options(launcher, parallel, timeout_s, link_rate) -> None:
       f'--link_rate={link_rate} is for local runs (launch/simnet.sh); a Slurm cluster runs on '
       'its own network: drop --link_rate'
     )
+  if slurm_cluster not in slurm.CLUSTERS:
+    raise errors.UsageError(
+      f"slurm_cluster={slurm_cluster!r} is invalid; allowed: 'slurm', 'local' (submitit's "
+      'local executor)'
+    )
 
 
 def _check_root(link_rate: str, points, running_here: bool) -> None:
@@ -51,55 +57,19 @@ def _check_root(link_rate: str, points, running_here: bool) -> None:
     )
 
 
-def _print_dry_run(points, states, todo, launcher, array) -> None:
-  """Each point's state and command (and the Slurm script that would be written); writes
-  nothing. `array`: (config, workdir, runner flags, parallel, extra #SBATCH options)."""
-  config, workdir, flags, parallel, slurm_args = array
-  name = points_lib.sweep_name(config)
-  print(f'sweep {name}: {len(points)} points, {len(todo)} to run (dry run: nothing written)')
-  runs = {p.dir for p in todo}
+def _print_dry_run(points, launcher, launch) -> None:
+  """Each point's state and command, and what the launcher would submit; writes nothing."""
+  extra = launchers.LAUNCHERS[launcher].describe(launch)  # Refuses bad options before printing.
+  name = points_lib.sweep_name(launch.config)
+  print(f'sweep {name}: {len(points)} points, {len(launch.todo)} to run (dry run: nothing written)')
+  runs = {p.dir for p in launch.todo}
   for p in points:
-    s = states[p.dir]
+    s = launch.states[p.dir]
     flag = ' STALE' if s.stale else ''
     mark = 'run ' if p.dir in runs else '    '
     command = shlex.join(points_lib.command(p, launcher))
     print(f'{mark}{os.path.basename(p.dir)}  {s.name}{flag}  {command}')
-  if launcher == 'slurm' and todo:
-    entries = slurm.pending_entries(todo, states)
-    script = slurm.slurm_script(config, workdir, entries, parallel, flags, slurm_args)
-    print(
-      f'\nthe Slurm script it would write ({report.summary_dir(workdir, config)}/sweep.sbatch):'
-    )
-    print(script, end='')
-
-
-def _submit(todo, states, n_points, head, array) -> None:
-  """Writes the Slurm array over the points to run, and says how to submit it."""
-  config, workdir, flags, parallel, slurm_args = array
-  name = points_lib.sweep_name(config)
-  script = slurm.write_array(config, workdir, todo, states, head, parallel, flags, slurm_args)
-  if script is None:
-    print(f'sweep {name}: nothing to submit (no point to run: see the table)')
-    return
-  out = os.path.dirname(script)
-  print(f'sweep {name}: {len(todo)} of {n_points} points pending; wrote {out}/pending.json')
-  print(f'submit with: sbatch {script}')
-
-
-def _run_here(config, workdir, points, states, todo, head, options) -> None:
-  """Runs `todo` here: STALE directories moved aside first (rerun_stale)."""
-  parallel, rerun_stale, timeout_s, fail_fast = options
-  n_finished = sum(s.name in state_lib.FINISHED for s in states.values())
-  print(
-    f'sweep {points_lib.sweep_name(config)}: {len(points)} points ({n_finished} finished, '
-    f'{len(todo)} to run) in {os.path.abspath(workdir)}; commit {head[:12]}',
-    flush=True,
-  )
-  for p in todo:
-    s = states[p.dir]
-    if rerun_stale and s.stale and os.path.isdir(p.dir) and s.name != 'PENDING':
-      print(f'moved aside (stale): {state_lib.move_aside(p.dir)}')
-  local.run_points(todo, parallel, 'local', head, timeout_s, fail_fast)
+  print(extra, end='')
 
 
 def _parallel(parallel: int, points) -> int:
@@ -130,6 +100,7 @@ def run_sweep(
   overrides: dict | None = None,
   overrides_as_text: bool = False,
   slurm_args: tuple = (),
+  slurm_cluster: str = 'slurm',
 ) -> list[dict]:
   """Completes the sweep `config` in `workdir` and returns `state.collect` of its points.
 
@@ -137,40 +108,39 @@ def run_sweep(
     config: `FILE[:ARG]`: the experiment file and the argument of its `sweep(add, arg)`.
     workdir: where `points/` and `sweeps/<name>/` go.
     parallel: points at once; only for sweeps whose points all use the one-host backend.
-    launcher: 'local' (run here) or 'slurm' (write pending.json and sweep.sbatch; run nothing).
-    dry_run, report_only: print the states and commands (and the Slurm script), or re-render
-      sweep.md and sweep.json from disk; run and write nothing else.
+    launcher: 'local' (run here) or 'slurm' (submit a job per point through submitit; the
+      points read RUNNING until their jobs end: run the runner again for their states).
+    dry_run, report_only: print the states and commands (and the sbatch text submitit would
+      submit), or re-render sweep.md and sweep.json from disk; run and write nothing else.
     retry_failed, rerun_stale: run FAILED points again; STALE ones, their directories moved aside.
     fail_fast: start no further point after one fails.
     timeout_s: a run taking longer gets SIGTERM (then SIGKILL): FAILED, status 124.
     link_rate: MPI points on the simulated link at this rate (launch/simnet.sh; root).
     overrides: dotted field -> value set on every point (after the point's own); command-line
       text (the CLI's --set) when `overrides_as_text`.
-    slurm_args: extra `#SBATCH` options of the array script.
+    slurm_args: sbatch options of the jobs, e.g. '--partition=gpu' (slurm.parse_slurm_args).
+    slurm_cluster: submitit's executor: 'slurm', or 'local' (the same jobs as processes here).
 
   Returns:
-    The records after the runs (or as found, for dry runs, reports and Slurm).
+    The records after the runs (or as found, for dry runs, reports and submissions).
 
   Raises:
     errors.UsageError: the sweep was refused (every reason, one a line); nothing was written.
+    slurm.SubmitError: sbatch refused a job.
   """
-  _check_options(launcher, parallel, timeout_s, link_rate)
+  _check_options(launcher, parallel, timeout_s, link_rate, slurm_cluster)
   points = points_lib.expand(config, workdir, overrides, link_rate, overrides_as_text)
-  running_here = not (dry_run or report_only or launcher == 'slurm')
-  _check_root(link_rate, points, running_here)
+  _check_root(link_rate, points, not (dry_run or report_only or launcher == 'slurm'))
   head, parallel = provenance.commit(), _parallel(parallel, points)
-  states = {p.dir: state_lib.state(p, head) for p in points}
+  states = state_lib.states(points, head)
   todo = state_lib.to_run(points, states, retry_failed, rerun_stale)
-  flags = slurm.runner_flags(retry_failed, rerun_stale, timeout_s, overrides, overrides_as_text)
-  array = (config, workdir, flags, parallel, slurm_args)  # What a Slurm array is written with.
+  how = (parallel, timeout_s, retry_failed, rerun_stale, fail_fast, tuple(slurm_args))
+  launch = launchers.Launch(config, workdir, todo, states, head, *how, slurm_cluster)
   if dry_run:
-    _print_dry_run(points, states, todo, launcher, array)
+    _print_dry_run(points, launcher, launch)
     return state_lib.collect(points, head)
-  if launcher == 'slurm' and not report_only:
-    _submit(todo, states, len(points), head, array)
-  elif running_here:
-    how = (parallel, rerun_stale, timeout_s, fail_fast)
-    _run_here(config, workdir, points, states, todo, head, how)
+  if not report_only:
+    launchers.LAUNCHERS[launcher].start(launch)
   records = state_lib.collect(points, head)
   print(report.write_summary(config, workdir, records, head), end='', flush=True)
   return records

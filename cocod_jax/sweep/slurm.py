@@ -1,201 +1,281 @@
-"""The sweep on Slurm: a job array whose tasks run one pending point each.
+"""The sweep on Slurm through submitit: a job per point, one array per shape of job.
 
-`--launcher=slurm` writes `pending.json` (the points not finished, with their commands) and the
-array script `sweep.sbatch` beside the summary; each task runs
-`python -m cocod_jax.sweep ... --run_index=$SLURM_ARRAY_TASK_ID` (`run_task`), MPI ranks through
-`srun`, and requeues itself when its run was preempted (exit 75, checkpoint written). Rerunning
-the runner later recomputes the states (a task's lock names its job, which squeue confirms).
+`--launcher=slurm` (`start`) submits each point as a submitit job of `task.PointTask`; points
+whose jobs have the same shape go into one job array (`executor.batch()`), its parallelism
+`--parallel`. A one-host point is one task; an MPI point of N workers is N tasks (on one node,
+or N/M nodes with --slurm_arg=--ntasks-per-node=M), each one MPI rank: `srun --mpi=pmix` starts
+them (task.py says what each does). The submission writes the point's lock naming its job, so
+the point reads RUNNING while the job is queued (state.py polls job states through submitit's
+job objects), and a second submission skips it. `--dry_run` prints the sbatch text submitit
+would submit. With `slurm_cluster='local'` the same jobs go to submitit's local executor
+(processes here; an MPI point is then one task that starts its ranks with launch/mpirun.sh, as
+the local runner does): the tests run that.
 
-Kept ours rather than submitit's for now: submitit pickles one Python call per task and starts
-it on every task of the allocation, while an MPI point needs one runner per task that starts N
-ranks with `srun`; and the script here is a file users read, edit and submit from a login node
-(its text is pinned by a golden test). No Slurm was at hand to try a submitit path against.
+What this relies on in submitit 1.5.4's source (pinned exactly in requirements.txt):
+- slurm/slurm.py `_make_sbatch_string`: the job is `#SBATCH --nodes` x `--ntasks-per-node`
+  tasks, started by one `srun --unbuffered --output .. <srun_args> python -u -m
+  submitit.core._submit FOLDER` line; `--signal=USR2@<signal_delay_s>` (job steps only);
+  `additional_parameters` become further `#SBATCH` lines, and `setup` lines run before srun.
+  submitit always writes `--time` (default 5 min), in minutes (it computes with the number):
+  hence our default of a day and --time converted to minutes.
+- AutoExecutor passes `slurm_<name>` parameters to SlurmExecutor as they are; the local
+  executor takes the generic names (timeout_min, tasks_per_node) and refuses nodes > 1.
+- `SlurmExecutor` needs `srun` on PATH; a batch of several submissions is one array.
+- the dry run calls the private `_make_sbatch_string` with the parameters SlurmExecutor holds
+  and rebuilds its task command (`_submitit_command_str`); a test submits through a stand-in
+  sbatch and compares the two texts, so a change of submitit shows there.
 """
 
+import dataclasses
+import math
 import os
+import pathlib
+import re
 import shlex
-import shutil
 import subprocess
 import sys
 
-from cocod_jax import config_files
+import submitit
+from submitit.core import utils as submitit_utils
+from submitit.slurm import slurm as submitit_slurm
+
 from cocod_jax import errors
-from cocod_jax import files
-from cocod_jax import flags as cocod_flags
-from cocod_jax import provenance
-from cocod_jax.sweep import local
 from cocod_jax.sweep import points as points_lib
 from cocod_jax.sweep import report
 from cocod_jax.sweep import state as state_lib
+from cocod_jax.sweep import task
+
+CLUSTERS = ('slurm', 'local')
+DEFAULT_TIME_MIN = 24 * 60  # submitit always writes --time (its default: 5 min); ours: a day.
+SIGNAL_DELAY_S = 120  # SIGUSR2 this long before the limit: the run finishes a round, checkpoints.
+# sbatch options the runner sets itself (from the sweep and the points), not --slurm_arg.
+RESERVED = ('job_name', 'array', 'nodes', 'ntasks', 'output', 'error', 'signal', 'requeue',
+            'open_mode', 'wrap')  # fmt: skip
+_TIME = re.compile(r'(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?')
 
 
-def runner_flags(retry_failed, rerun_stale, timeout_s, overrides, overrides_as_text) -> list:
-  """The runner flags an array task passes on (those the array was written with)."""
-  out = []
-  for path, value in (overrides or {}).items():
-    out.append(f'--set={path}={value if overrides_as_text else config_files.value_text(value)}')
-  if retry_failed:
-    out.append('--retry_failed')
-  if rerun_stale:
-    out.append('--rerun_stale')
-  if timeout_s != cocod_flags.DEFAULT_TIMEOUT_S:
-    out.append(f'--timeout_s={timeout_s:g}')
+class SubmitError(RuntimeError):
+  """sbatch (or submitit's local executor) refused a job; the points submitted before keep
+  their jobs."""
+
+
+@dataclasses.dataclass
+class SlurmOptions:
+  """--slurm_arg parsed: the time limit in minutes, ranks per node (None: all on one node), and
+  the other sbatch options ({name with underscores: value, True for a bare flag})."""
+
+  minutes: int = DEFAULT_TIME_MIN
+  tasks_per_node: int | None = None
+  sbatch: dict = dataclasses.field(default_factory=dict)
+
+
+def _minutes(text: str) -> int | None:
+  """Slurm's time formats (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S) in whole minutes, or None."""
+  m = _TIME.fullmatch(text.strip())
+  if not m:
+    return None
+  days, a, b, c = (int(x) if x else None for x in m.groups())
+  if days is not None:  # D-H[:M[:S]]
+    seconds = ((days * 24 + a) * 60 + (b or 0)) * 60 + (c or 0)
+  elif b is None:  # M
+    seconds = a * 60
+  elif c is None:  # M:S
+    seconds = a * 60 + b
+  else:  # H:M:S
+    seconds = (a * 60 + b) * 60 + c
+  return max(1, math.ceil(seconds / 60))
+
+
+def parse_slurm_args(args) -> SlurmOptions:
+  """The --slurm_arg options (`--NAME=VALUE` or `--NAME`, as in `#SBATCH` lines).
+
+  Raises:
+    errors.UsageError: an option that is not a long sbatch option, one the runner sets itself,
+      a time limit submitit cannot take (it needs minutes) or a bad --ntasks-per-node.
+  """
+  out, problems = SlurmOptions(), []
+  for arg in args:
+    name, sep, value = arg[2:].partition('=')
+    key = name.replace('-', '_')
+    if not arg.startswith('--') or not name:
+      problems.append(
+        f'--slurm_arg={arg} is invalid; allowed: a long sbatch option, --NAME=VALUE or --NAME '
+        '(e.g. --partition=gpu)'
+      )
+    elif key in RESERVED:
+      problems.append(
+        f'--slurm_arg={arg} is invalid: the runner sets --{name} itself (from the sweep and its '
+        'points); allowed: other sbatch options'
+      )
+    elif key == 'time':
+      minutes = _minutes(value)
+      if minutes is None:
+        problems.append(
+          f'--slurm_arg={arg} is invalid; allowed: a time limit as M, M:S, H:M:S, D-H, D-H:M or '
+          'D-H:M:S (submitit needs a finite limit)'
+        )
+      out.minutes = minutes or out.minutes
+    elif key == 'ntasks_per_node':
+      if not value.isdigit() or int(value) < 1:
+        problems.append(f'--slurm_arg={arg} is invalid; allowed: an integer >= 1')
+      else:
+        out.tasks_per_node = int(value)
+    else:
+      out.sbatch[key] = value if sep else True
+  if problems:
+    raise errors.UsageError(problems)
   return out
 
 
-def slurm_script(config, workdir, pending, parallel, flags=(), slurm_args=()) -> str:
-  """The array job that runs each point of `pending` (from pending.json) as one task.
-
-  Args:
-    config: the sweep's `FILE[:ARG]`.
-    workdir: the sweep's working directory.
-    pending: the points of pending.json (dicts with workers and backend).
-    parallel: tasks at once (`%K` of --array).
-    flags: flags the tasks pass on to the runner (--set, --retry_failed, ...).
-    slurm_args: extra `#SBATCH` options (e.g. '--partition=gpu', '--time=24:00:00').
-
-  Returns:
-    The script's text.
-  """
-  workdir = os.path.abspath(workdir)
-  out, name = report.summary_dir(workdir, config), points_lib.sweep_name(config)
-  ranks = max([p.get('ranks', p['workers']) for p in pending if p['backend'] == 'mpi'] or [1])
-  task = [sys.executable, '-m', 'cocod_jax.sweep', f'--config={config}', f'--workdir={workdir}']
-  task = shlex.join(task + list(flags)) + ' --run_index="$SLURM_ARRAY_TASK_ID"'
-  lines = [
-    '#!/bin/bash',
-    f'# Sweep {name}: {len(pending)} points of {config}, one per array task',
-    '# (written by cocod_jax.sweep from pending.json beside this file). Submit it with',
-    f'#   sbatch {os.path.join(out, "sweep.sbatch")}',
-    '# then run the runner again (same --config and --workdir) for the states and the table.',
-    '# A preempted task (SIGTERM 120 s before the end) checkpoints, exits 75 and requeues itself.',
-    f'#SBATCH --job-name={name}',
-    f'#SBATCH --array=0-{len(pending) - 1}%{parallel}',
-    f'#SBATCH --output={os.path.join(out, "%x-%A_%a.out")}',
-    f'#SBATCH --ntasks={ranks}',
-    '#SBATCH --signal=B:TERM@120',
-    '#SBATCH --requeue',
-    *[f'#SBATCH {a}' for a in slurm_args],
-    'set -euo pipefail',
-    f'cd {shlex.quote(provenance.ROOT)}',
-    '# Several processes may share a node; do not let each JAX process take 75% of a GPU.',
-    'export XLA_PYTHON_CLIENT_PREALLOCATE=false',
-    f'exec {task}',
-  ]
-  return '\n'.join(lines) + '\n'
+def _ranks(point, cluster: str) -> int:
+  """The job's tasks for `point`: its MPI ranks under Slurm, else 1 (one-host; or MPI under
+  submitit's local executor, where the task starts the ranks with launch/mpirun.sh)."""
+  return point.ranks if cluster == 'slurm' and point.backend == 'mpi' else 1
 
 
-def pending_entries(points: list, states: dict) -> list[dict]:
-  """pending.json's entries: index, slug, dir, hash, state, backend, workers and command."""
-  return [
-    dict(
-      index=i,
-      slug=p.slug,
-      dir=p.dir,
-      hash=p.hash,
-      state=states[p.dir].name,
-      backend=p.backend,
-      workers=p.num_workers,
-      ranks=p.ranks,
-      command=points_lib.command(p, 'slurm'),
-    )
-    for i, p in enumerate(points)
-  ]
-
-
-def write_array(config, workdir, todo, states, head, parallel, flags, slurm_args) -> str | None:
-  """Writes pending.json and sweep.sbatch over the points `todo`; returns the script's path (None
-  when there is nothing to run)."""
-  if not todo:
-    return None
-  out = report.summary_dir(workdir, config)
-  os.makedirs(out, exist_ok=True)
-  entries = pending_entries(todo, states)
-  files.write_json_atomic(
-    os.path.join(out, 'pending.json'),
-    dict(config=config, workdir=os.path.abspath(workdir), commit=head, points=entries),
-  )
-  script = os.path.join(out, 'sweep.sbatch')
-  files.write_atomic(script, slurm_script(config, workdir, entries, parallel, flags, slurm_args))
-  return script
-
-
-def slurm_job_id() -> str | None:
-  """This process's Slurm job (`<array>_<task>` in an array), or None outside Slurm."""
-  array, task = os.environ.get('SLURM_ARRAY_JOB_ID'), os.environ.get('SLURM_ARRAY_TASK_ID')
-  if array and task:
-    return f'{array}_{task}'
-  return os.environ.get('SLURM_JOB_ID')
-
-
-def _pending_point(points, path: str, index: int):
-  """Entry `index` of pending.json at `path`, as one of `points`; UsageError when it is not."""
-  pending = state_lib.read_json(path)
-  if not isinstance(pending, dict) or not isinstance(pending.get('points'), list):
-    raise errors.UsageError(
-      f'--run_index={index}: no pending.json at {path}; write it first with --launcher=slurm'
-    )
-  entries = pending['points']
-  if not 0 <= index < len(entries):
-    raise errors.UsageError(
-      f'--run_index={index} is invalid; allowed: 0..{len(entries) - 1} ({path})'
-    )
-  entry = entries[index]
-  point = next((p for p in points if p.hash == entry['hash'] and p.dir == entry['dir']), None)
-  if point is None:
-    raise errors.UsageError(
-      f"--run_index={index}: pending.json's point {entry['slug']}-{entry['hash']} is not in the "
-      'sweep any more (the sweep or the code changed since it was written); write it again '
-      'with --launcher=slurm'
-    )
-  return point
-
-
-def run_task(
-  config: str,
-  workdir: str,
-  index: int,
-  *,
-  retry_failed: bool = False,
-  rerun_stale: bool = False,
-  timeout_s: float = cocod_flags.DEFAULT_TIMEOUT_S,
-  overrides: dict | None = None,
-  overrides_as_text: bool = False,
-) -> int:
-  """One task of the Slurm array: runs entry `index` of pending.json, MPI ranks through srun.
-
-  Args:
-    config: the sweep's `FILE[:ARG]`, as the script passes it.
-    workdir: the sweep's working directory.
-    index: the entry of pending.json ($SLURM_ARRAY_TASK_ID).
-    retry_failed, rerun_stale, timeout_s, overrides, overrides_as_text: as in
-      `runner.run_sweep`; the script passes on those the array was written with.
-
-  Returns:
-    The exit status: 0 when the point is DONE or DIVERGED (now or already), 75 when it was
-    preempted (the task is requeued), 1 otherwise.
+def slurm_parameters(launch_, options: SlurmOptions, ranks: int, mpi: bool) -> dict:
+  """The parameters of SlurmExecutor (the names of `_make_sbatch_string`) for jobs of `ranks`
+  tasks; `launch_` is a launchers.Launch.
 
   Raises:
-    errors.UsageError: a refused sweep, no pending.json, an index out of range, or an entry that
-      is no longer a point of the sweep.
+    errors.UsageError: `ranks` does not split into whole nodes of --ntasks-per-node tasks.
   """
-  points = points_lib.expand(config, workdir, overrides, '', overrides_as_text)
-  head = provenance.commit()
-  path = os.path.join(report.summary_dir(workdir, config), 'pending.json')
-  point = _pending_point(points, path, index)
-  s = state_lib.state(point, head)
-  if not state_lib.to_run([point], {point.dir: s}, retry_failed, rerun_stale):
-    print(f'{os.path.basename(point.dir)} is {s.name}: nothing to do', flush=True)
-    return 0 if s.name in state_lib.FINISHED or s.name == 'RUNNING' else 1
-  if rerun_stale and s.stale and os.path.isdir(point.dir):
-    print(f'moved aside: {state_lib.move_aside(point.dir)}')
-  ended = local.run_points([point], 1, 'slurm', head, timeout_s, False, slurm_job_id())
-  s = ended.get(point.dir, state_lib.state(point, head))
-  if s.name in state_lib.FINISHED:
-    return 0
-  status = state_lib.read_json(os.path.join(point.dir, 'status.json')) or {}
-  job = slurm_job_id()
-  if status.get('rc') == state_lib.EXIT_PREEMPTED and job and shutil.which('scontrol'):
-    subprocess.run(['scontrol', 'requeue', job], check=False)
-    return state_lib.EXIT_PREEMPTED
-  return 1
+  per_node = min(options.tasks_per_node or ranks, ranks)
+  if ranks % per_node:
+    raise errors.UsageError(
+      f'--slurm_arg=--ntasks-per-node={options.tasks_per_node} is invalid for points of {ranks} '
+      f'MPI ranks; allowed: a divisor of {ranks}'
+    )
+  return dict(
+    job_name=points_lib.sweep_name(launch_.config),
+    time=options.minutes,
+    nodes=ranks // per_node,
+    ntasks_per_node=per_node,
+    signal_delay_s=SIGNAL_DELAY_S,
+    array_parallelism=launch_.parallel,
+    stderr_to_stdout=True,
+    srun_args=['--mpi=pmix'] if mpi else [],
+    # Several processes may share a GPU; do not let each JAX process take 75% of its memory.
+    setup=['export XLA_PYTHON_CLIENT_PREALLOCATE=false'],
+    additional_parameters=dict(requeue=True, **options.sbatch),
+  )
+
+
+def _executor_kwargs(params: dict, cluster: str) -> dict:
+  """AutoExecutor's update_parameters arguments for `params` (slurm_parameters)."""
+  if cluster == 'slurm':
+    return {f'slurm_{k}': v for k, v in params.items()}
+  return dict(  # The local executor takes the generic names only, one node.
+    name=params['job_name'],
+    timeout_min=params['time'],
+    tasks_per_node=params['ntasks_per_node'],
+    stderr_to_stdout=True,
+  )
+
+
+def _groups(launch_) -> list:
+  """[(ranks, mpi, points)]: the points of `launch_.todo` by their jobs' shape, in order."""
+  groups = {}
+  for p in launch_.todo:
+    key = (_ranks(p, launch_.slurm_cluster), p.backend == 'mpi')
+    groups.setdefault(key, []).append(p)
+  return [(ranks, mpi, ps) for (ranks, mpi), ps in groups.items()]
+
+
+def folder(launch_) -> str:
+  """submitit's folder: `WORKDIR/sweeps/<name>/submitit/<job id>` (pickles, task logs)."""
+  return os.path.join(report.summary_dir(launch_.workdir, launch_.config), 'submitit', '%j')
+
+
+def sbatch_text(folder_: str, params: dict, n_jobs: int) -> str:
+  """The sbatch file SlurmExecutor writes for `n_jobs` submissions (an array when > 1) with
+  `params` (slurm_parameters), through submitit's private `_make_sbatch_string`."""
+  path = str(pathlib.Path(folder_).expanduser().absolute())  # As submitit's Executor holds it.
+  task = [shlex.quote(sys.executable), '-u -m submitit.core._submit', shlex.quote(path)]
+  command = ' '.join(task)
+  map_count = n_jobs if n_jobs > 1 else None
+  return submitit_slurm._make_sbatch_string(  # pylint: disable=protected-access
+    command=command, folder=path, map_count=map_count, **params
+  )
+
+
+def describe(launch_) -> str:
+  """The launcher's `describe`: the sbatch text of each job or array `start` would submit."""
+  if not launch_.todo:
+    return ''
+  options = parse_slurm_args(launch_.slurm_args)
+  out = []
+  for ranks, mpi, points in _groups(launch_):
+    names = ', '.join(os.path.basename(p.dir) for p in points)
+    kind = f'an array of {len(points)} jobs' if len(points) > 1 else 'a job'
+    params = slurm_parameters(launch_, options, ranks, mpi)
+    if launch_.slurm_cluster != 'slurm':
+      out.append(f"\n{kind} of {ranks} task(s) to submitit's local executor: {names}\n")
+      continue
+    out.append(f'\nsubmitit would submit {kind} of {ranks} task(s) ({names}) with sbatch:\n')
+    out.append(sbatch_text(folder(launch_), params, len(points)))
+  return ''.join(out)
+
+
+def _executor(launch_):
+  try:
+    return submitit.AutoExecutor(folder=folder(launch_), cluster=launch_.slurm_cluster)
+  except RuntimeError as e:  # SlurmExecutor: 'Could not detect "srun", ...'.
+    raise errors.UsageError(
+      f'--launcher=slurm: no Slurm here ({e}); run it on a Slurm login node, or see what it '
+      'would submit with --dry_run'
+    ) from e
+
+
+def _submit_group(executor, launch_, options, group) -> list:
+  """Submits one group's points (an array when several); returns their submitit jobs."""
+  ranks, mpi, points = group
+  params = slurm_parameters(launch_, options, ranks, mpi)
+  executor.update_parameters(**_executor_kwargs(params, launch_.slurm_cluster))
+  launcher = 'slurm' if launch_.slurm_cluster == 'slurm' else 'local'
+  try:
+    with executor.batch():
+      jobs = [
+        executor.submit(
+          task.PointTask(
+            p, points_lib.command(p, launcher), ranks, launch_.retry_failed, launch_.timeout_s
+          )
+        )
+        for p in points
+      ]
+  except (OSError, subprocess.SubprocessError, submitit_utils.FailedJobError) as e:
+    raise SubmitError(f'the job of {len(points)} point(s) was not submitted: {e}') from e
+  for p, job in zip(points, jobs):
+    owner = state_lib.Job(job.job_id, launch_.slurm_cluster, str(job.paths.folder))
+    state_lib.take_lock(p.dir, owner, pid=None)  # False: the job has taken it already.
+    where = 'Slurm' if launch_.slurm_cluster == 'slurm' else "submitit's local executor"
+    print(f'submitted {os.path.basename(p.dir)}: {where} job {job.job_id} ({ranks} task(s))')
+  return jobs
+
+
+def start(launch_) -> list:
+  """The launcher's `start`: submits `launch_.todo` (STALE directories moved aside first with
+  rerun_stale) and writes each point's lock naming its job; returns the submitit jobs.
+
+  Raises:
+    errors.UsageError: bad --slurm_arg, or no Slurm here; nothing was written.
+    SubmitError: sbatch refused a job (the points submitted before keep their jobs).
+  """
+  name = points_lib.sweep_name(launch_.config)
+  if not launch_.todo:
+    print(f'sweep {name}: nothing to submit (no point to run: see the table)')
+    return []
+  options = parse_slurm_args(launch_.slurm_args)
+  groups = _groups(launch_)
+  for ranks, mpi, _ in groups:  # Refused before anything is submitted.
+    slurm_parameters(launch_, options, ranks, mpi)
+  executor = _executor(launch_)
+  for p in launch_.todo:
+    s = launch_.states[p.dir]
+    if launch_.rerun_stale and s.stale and os.path.isdir(p.dir) and s.name != 'PENDING':
+      print(f'moved aside (stale): {state_lib.move_aside(p.dir)}')
+  print(f'sweep {name}: submitting {len(launch_.todo)} of {len(launch_.states)} points')
+  jobs = [j for g in groups for j in _submit_group(executor, launch_, options, g)]
+  where = os.path.dirname(folder(launch_))
+  print(f'submitit files and task logs in {where}; run the runner again for the states')
+  return jobs

@@ -10,6 +10,7 @@ sweep's argument `case` picks the points:
   unknown  an override of a field that does not exist
   mixed    a one-host point and an MPI point (keyword overrides)
   missing  only the point whose dataset file does not exist
+  pair     seed 0 and the point whose dataset file does not exist (submitit's local executor)
 """
 
 from cocod_jax import config_args
@@ -30,13 +31,17 @@ def get_config(arg=None):
 
 def sweep(add, arg=None):
   a = config_args.parse(arg, dict(case='run'))
-  config_args.choice('case', a.case, ('run', 'dup', 'invalid', 'unknown', 'mixed', 'missing'))
+  cases = ('run', 'dup', 'invalid', 'unknown', 'mixed', 'missing', 'pair')
+  config_args.choice('case', a.case, cases)
   missing = dict(dataset__name='npz', dataset__path='tests/data/sweep/missing.npz')
   if a.case == 'run':
     add(config_arg='seed=0')
     add(config_arg='seed=1', overrides={'optimizer.learning_rate': 0.05})
     add(config_arg='seed=0', **missing)
   elif a.case == 'missing':
+    add(config_arg='seed=0', **missing)
+  elif a.case == 'pair':
+    add(config_arg='seed=0')
     add(config_arg='seed=0', **missing)
   elif a.case == 'dup':
     add(config_arg='seed=0')
