@@ -19,6 +19,7 @@ from cocod_jax import models
 from cocod_jax import schedules
 from cocod_jax import steps
 from cocod_jax.cluster import mpi
+from cocod_jax.cluster import ranks
 
 
 def _is_int(v):
@@ -55,6 +56,14 @@ def _run_fields(config, v: _Checks) -> None:
   v.integer('algorithm.warmup_period_epochs', a.warmup_period_epochs, 0)
   v.check(config.backend in cluster.BACKENDS, 'backend', config.backend, list(cluster.BACKENDS))
   v.integer('one_host.devices', config.one_host.devices, 0)
+  v.integer('mpi.devices', config.mpi.devices, 0)
+  width = config.mpi.workers_per_rank
+  v.integer('mpi.workers_per_rank', width, 0)
+  if _is_int(width) and width > 0 and _is_int(config.num_workers) and config.num_workers % width:
+    v.out.append(
+      f'mpi.workers_per_rank={width} is invalid for num_workers={config.num_workers}; allowed: '
+      f'0 (num_workers / the MPI ranks) or a divisor of {config.num_workers}'
+    )
   v.check(c.staging in mpi.STAGINGS, 'comm.staging', c.staging, list(mpi.STAGINGS))
   v.number('comm.timeout_s', c.timeout_s, 0)
   v.integer('timeline.sample_every', config.timeline.sample_every, 0)
@@ -162,10 +171,9 @@ def validate(config) -> None:
 
 
 def check_world(config, world_size: int) -> None:
-  """Under MPI the world size is the number of workers: refuses a `num_workers` that differs."""
-  if world_size != config.num_workers:
-    raise errors_lib.UsageError(
-      f'num_workers={config.num_workers!r} is invalid for this job of {world_size} MPI ranks; '
-      f'allowed: {world_size} (launch with `mpirun -np {config.num_workers}` or set '
-      f'--config.num_workers={world_size})'
-    )
+  """Under MPI every rank holds num_workers / world size workers: refuses a `num_workers` that
+  the world size does not divide, or a world size other than `mpi.workers_per_rank` asks for."""
+  try:
+    ranks.workers_per_rank(config.num_workers, world_size, config.mpi.workers_per_rank)
+  except ValueError as e:
+    raise errors_lib.UsageError(str(e)) from None

@@ -5,8 +5,9 @@ Every user mistake (a misspelt field, a wrong type, an invalid value, a bad data
 before anything is written, with one line per problem on stderr (`error: ...`) and exit status 2;
 `--verbose` shows the Python traceback as well. A run that diverges (NaN or Inf) stops with one
 line naming the worker, the step and the learning rate, and exit status 3. With
-`--config.backend=mpi` run one process per worker under `mpirun` or `srun` (see launch/); an
-unexpected error on any rank then ends the job on every rank.
+`--config.backend=mpi` run R processes (ranks) under `mpirun` or `srun` (see launch/), each
+holding num_workers / R workers on its local devices; an unexpected error on any rank then ends
+the job on every rank.
 """
 
 import os
@@ -112,12 +113,19 @@ def _start_mpi(config):
   # Ranks that share a node's GPUs must not each preallocate 75% of every one of them.
   os.environ.setdefault('XLA_PYTHON_CLIENT_PREALLOCATE', 'false')
   from cocod_jax.cluster import mpi  # pylint: disable=g-import-not-at-top
+  from cocod_jax.cluster import ranks  # pylint: disable=g-import-not-at-top
 
   rank, size = mpi.world()
   _RANK = f'rank {rank}: '
   try:
     config_validation.check_world(config, size)
   except errors.UsageError as e:
+    _fail(e)
+  if config.mpi.devices > 1:  # A rank on a CPU shards its workers over emulated CPU devices.
+    _add_xla_flag(f'--xla_force_host_platform_device_count={config.mpi.devices}')
+  try:
+    ranks.agree_on_layout(config)  # Every rank alike: W and the device counts.
+  except ValueError as e:
     _fail(e)
   from mpi4py import MPI  # pylint: disable=g-import-not-at-top
 

@@ -15,10 +15,14 @@ results.json:
   train_examples    examples in the training set;  test_examples  in the test set (the
                     resolution of an accuracy: one example is 100 / test_examples points)
   workers           per worker: speed, batch, local steps, the time model's idle fraction
+  layout            processes (MPI ranks; 1 on the one-host cluster), workers_per_process,
+                    devices_per_process, platform (optional: earlier files lack it)
   epochs            epoch records (below)
   final             completed runs: the averaged model's test_loss, test_accuracy, train_time_s
   diverged          diverged runs: where (worker or rank), step, learning rate, what
-  timing            MPI runs: measured Tp, Tc, exposed communication, per rank (optional)
+  timing            MPI runs: measured Tp, Tc (the allreduce between ranks), Tl (the local
+                    mean over a rank's workers), local_s, comm_s (both parts), exposed
+                    communication, hidden_fraction, per rank and combined (optional)
 
 An epoch record: epoch (int, from 0), train_loss, test_loss, test_accuracy (0..1) and
 train_time_s (seconds of training so far, evaluation excluded).
@@ -54,6 +58,7 @@ OPTIONAL_FIELDS = {
   'final': dict,
   'diverged': dict,
   'timing': dict,
+  'layout': dict,
 }
 STATUSES = ('completed', 'diverged')
 BACKENDS = ('one_host', 'mpi')

@@ -4,7 +4,9 @@ Under MPI the loop records, on the main thread, `step` spans (a local step, from
 outputs are ready), `merge` spans (the snapshot and the correction of CoCoD-SGD), `wait` spans (the
 main thread blocked on a collective: the communication exposed to training) and `round` spans; the
 communicator's thread contributes one `allreduce` span per collective (from the moment its input
-is computed to the moment the sum is back on the device).
+is computed to the moment the sum is back on the devices: the cross-rank part), and every
+collective one `local_mean` span (the weighted sum over the rank's W workers on its devices, the
+first part of an average; `in_wait` when it ran inside a blocking average's `wait` span).
 
 Timing a span means waiting for the device, which would stall JAX's asynchronous dispatch at every
 step. So only sampled rounds are timed: every `sample_every`-th round (1: all, the profiling
@@ -13,13 +15,17 @@ the algorithm waits for a collective. The allreduce spans cost the main thread n
 kept. From these:
 
 - `Tp` = time in sampled `step` spans / number of sampled steps (the time of one local step);
-- `Tc` = mean `allreduce` span of this rank, which includes its wait inside the collective for
-  a rank that arrives later; `combine` takes, collective by collective, the shortest span over
-  the ranks (the last to arrive waited for no one: its span is the collective itself, whatever
-  the clocks of the hosts) and reports their mean as the job's `Tc`, the wait-inclusive mean as
-  `Tc_with_wait_s`;
-- `exposed_comm_s` = time in sampled `wait` spans, `comm_s` = time in the allreduce spans waited
-  for in sampled rounds, `hidden_fraction` = 1 - exposed / comm (0 when every collective blocks);
+- `Tc` = mean `allreduce` span of this rank (the allreduce of one model between the ranks),
+  which includes its wait inside the collective for a rank that arrives later; `combine` takes,
+  collective by collective, the shortest span over the ranks (the last to arrive waited for no
+  one: its span is the collective itself, whatever the clocks of the hosts) and reports their
+  mean as the job's `Tc`, the wait-inclusive mean as `Tc_with_wait_s`;
+- `Tl` = mean `local_mean` span (the local mean over the rank's workers); `local_s` = time in the
+  sampled ones;
+- `comm_s` = time in the allreduce spans waited for in sampled rounds plus `local_s`;
+  `exposed_comm_s` = time in sampled `wait` spans plus the sampled local means outside them (a
+  background collective's local mean runs on the compute devices in line with the steps: nothing
+  hides it); `hidden_fraction` = 1 - exposed / comm (0 when every collective blocks);
 - `drain_s` = time waiting at epoch ends for a collective still in flight (`wait` spans with
   `drain=True`: Pipe-SGD's pipeline is emptied before evaluation), always timed;
 - `step_time_s` = measured training time / steps, over all steps.
@@ -38,7 +44,7 @@ import numpy as np
 
 from cocod_jax import files
 
-MAIN, COMM = 'main', 'comm'
+MAIN, COMM, LOCAL = 'main', 'comm', 'local'
 
 
 class Timeline:
@@ -133,15 +139,19 @@ class Timeline:
     self.spans = [(n, c, b + shift, e + shift, th, a) for n, c, b, e, th, a in d['spans']]
     self.sampled_steps = collections.Counter({int(k): v for k, v in d['sampled_steps'].items()})
     self._rounds = d['rounds']
+    # A run resumed inside a round leaves the rest of that round untimed (its start is gone);
+    # the next round is sampled as usual.
+    self.sampling, self._round = False, None
 
   # ------------------------------------------------------------------ outputs
 
   def write_chrome_trace(self, path):
     """Writes the spans as Chrome trace events (open in Perfetto or chrome://tracing)."""
-    threads = {MAIN: 0, COMM: 1}
+    threads = {MAIN: 0, COMM: 1, LOCAL: 2}
+    names = {MAIN: 'main', COMM: 'comm', LOCAL: 'local mean (rank devices)'}
     events = [
-      {'name': 'thread_name', 'ph': 'M', 'pid': self.rank, 'tid': tid, 'args': {'name': name}}
-      for name, tid in threads.items()
+      {'name': 'thread_name', 'ph': 'M', 'pid': self.rank, 'tid': tid, 'args': {'name': names[n]}}
+      for n, tid in threads.items()
     ]
     events.append(
       {'name': 'process_name', 'ph': 'M', 'pid': self.rank, 'args': {'name': f'rank {self.rank}'}}
@@ -179,26 +189,32 @@ class Timeline:
       )
 
     comm = [e - b for _, c, b, e, _, _ in chosen if c == 'allreduce']
+    local = [e - b for _, c, b, e, _, _ in chosen if c == 'local']
     rounds = [e - b for _, c, b, e, _, a in sampled if c == 'round' and a.get('full', False)]
     timed_steps = sum(n for epoch, n in self.sampled_steps.items() if epoch >= from_epoch)
     tp = total(sampled, 'step') / timed_steps if timed_steps else float('nan')
     tc = float(np.mean(comm)) if comm else 0.0
-    comm_s, exposed = total(sampled, 'allreduce'), total(sampled, 'wait')
+    local_s = total(sampled, 'local')
+    comm_s = total(sampled, 'allreduce') + local_s
+    exposed = total(sampled, 'wait') + total(sampled, 'local', in_wait=False)
     return {
       'from_epoch': from_epoch,
       'steps': steps,
       'sampled_steps': timed_steps,
       'Tp_s': tp,
       'Tc_s': tc,
+      'Tl_s': float(np.mean(local)) if local else 0.0,
       'r': tc / tp if tp > 0 else float('nan'),
       'step_time_s': train_time_s / steps if steps else float('nan'),
       'round_time_s': float(np.mean(rounds)) if rounds else None,
       'merge_s': total(sampled, 'merge'),
+      'local_s': local_s,
       'comm_s': comm_s,
       'exposed_comm_s': exposed,
       'drain_s': total(chosen, 'wait', drain=True),
       'hidden_fraction': max(0.0, 1.0 - exposed / comm_s) if comm_s > 0 else None,
       'collectives': len(comm),
+      'local_means': len(local),
       'allreduce_s': comm,  # Each collective's span, in order (`combine` takes it out).
     }
 
@@ -221,8 +237,10 @@ def combine(per_rank):
   (`collective_time`), and the hidden fraction of all their communication."""
   spans = [p.pop('allreduce_s', None) for p in per_rank]
   out = {'ranks': per_rank}
-  for k in ('Tp_s', 'Tc_s', 'step_time_s', 'round_time_s', 'exposed_comm_s', 'drain_s', 'comm_s'):
-    vals = [p[k] for p in per_rank if p[k] is not None]
+  keys = ('Tp_s', 'Tc_s', 'Tl_s', 'step_time_s', 'round_time_s', 'exposed_comm_s', 'drain_s',
+          'comm_s', 'local_s')  # fmt: skip
+  for k in keys:
+    vals = [p[k] for p in per_rank if p.get(k) is not None]
     out[k] = float(np.mean(vals)) if vals else None
   out['Tc_with_wait_s'] = out['Tc_s']
   if all(s is not None for s in spans):
@@ -240,9 +258,12 @@ def combine(per_rank):
 def describe(tm) -> str:
   """The one line that a run prints about its timing (`combine`'s figures)."""
   hidden = tm['hidden_fraction']
+  local = tm.get('Tl_s')
   return (
     f'timing ({tm["steps"]} steps from epoch {tm["from_epoch"]}, mean of {len(tm["ranks"])} '
-    f'ranks): Tp {tm["Tp_s"] * 1e3:.1f} ms, Tc {tm["Tc_s"] * 1e3:.1f} ms (r = {tm["r"]:.2f}), '
+    f'ranks): Tp {tm["Tp_s"] * 1e3:.1f} ms, '
+    + ('' if local is None else f'local mean {local * 1e3:.1f} ms, ')
+    + f'Tc {tm["Tc_s"] * 1e3:.1f} ms (r = {tm["r"]:.2f}), '
     f'{tm["step_time_s"] * 1e3:.1f} ms per step, communication hidden '
     + ('n/a' if hidden is None else f'{hidden:.0%}')
   )

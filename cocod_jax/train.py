@@ -1,11 +1,12 @@
 """`train_and_evaluate`, the one loop: it owns the cluster, the writers and the timers.
 
 Which algorithm runs is the business of `algorithms/` (the loop calls `step`, `drain`, `finish`),
-where the workers run is the business of `cluster/` (one process for all of them, or one MPI
-rank each), and what a step computes is `steps.py`. The loop uploads each epoch's batch indices
-once, steps without blocking (under `jax.transfer_guard('disallow')`: nothing moves between host
-and device implicitly) except where the algorithm waits for a collective, and turns metrics into
-Python numbers only at the end of an epoch, when it also evaluates the averaged model.
+where the workers run is the business of `cluster/` (one process for all of them, or MPI ranks
+of W workers each), and what a step computes is `steps.py`. The loop uploads each epoch's batch
+indices once, steps without blocking (under `jax.transfer_guard('disallow')`: nothing moves
+between host and device implicitly) except where the algorithm waits for a collective, and turns
+metrics into Python numbers only at the end of an epoch, when it also evaluates the averaged
+model.
 
 A worker whose contribution to an average holds NaN or Inf stops the run before any worker takes
 that average in (`background.Diverged`); so does a non-finite training loss at an epoch end. The
@@ -88,18 +89,18 @@ def make_plan(config, dataset) -> Plan:
 
 def make_cluster(config, plan: Plan):
   if config.backend == 'mpi':
-    from cocod_jax.cluster import mpi  # pylint: disable=g-import-not-at-top
+    from cocod_jax.cluster import ranks  # pylint: disable=g-import-not-at-top
 
-    return mpi.MPICluster(plan.fns, config, plan.weights)
+    return ranks.RanksCluster(plan.fns, config, plan.weights)
   from cocod_jax.cluster import one_host  # pylint: disable=g-import-not-at-top
 
   return one_host.OneHostCluster(plan.fns, config, plan.weights)
 
 
 def batch_width(cluster, plan: Plan) -> int:
-  """Examples a step computes on: the largest M_i of the workers this process holds. The one-host
-  cluster pads every worker to the largest batch (one vmapped shape; the mask keeps the padding
-  out); under MPI each rank computes on its own M_i only."""
+  """Examples a step computes on: the largest M_i of the workers this process holds. A process
+  pads its workers to their largest batch (one vmapped shape; the mask keeps the padding out);
+  under MPI each rank computes on its own workers' largest M_i only."""
   return max(plan.sizes[i] for i in cluster.workers)
 
 
@@ -189,6 +190,7 @@ class Recorder:
       train_examples=len(dataset.y_train),
       test_examples=len(dataset.y_test),  # Tables judge accuracy gaps against this resolution.
       workers=schedules.worker_table(config),
+      layout=cluster.layout(),
       epochs=self.records,
     )
     waiting = [w for w in self.results['workers'] if w['idle_fraction_model'] > 0]
@@ -325,6 +327,7 @@ def save_checkpoint(run: Run, state, pos: Position):
     algo=run.algo.host_state(),
     timeline=run.tl.state_dict(),
     rank=run.cluster.rank,
+    workers=run.cluster.workers,  # The part's arrays hold these workers on their leading axis.
   )
   with jax.transfer_guard('allow'), workdir_lib.writing('a checkpoint', run.out.workdir):
     run.ckpt.save(pos.step, tree, meta)
@@ -352,6 +355,12 @@ def resume(run: Run):
     return None
   step, tree, meta = found
   where = ckpt.step_dir(step)
+  if cluster.backend == 'mpi' and 'workers' not in meta:
+    raise checkpoints.ResumeError(
+      f'the checkpoint in {where} was written by the MPI runtime before a rank held several '
+      'workers (its arrays have no worker axis); continue it with the version that wrote it, or '
+      'use another --workdir'
+    )
   diffs = checkpoints.config_differences(meta['config'], run.config.to_dict())
   if diffs:
     raise checkpoints.ResumeError(

@@ -12,9 +12,12 @@ def base_config() -> ml_collections.ConfigDict:
   c.algorithm.warmup_period_epochs = 10
   c.algorithm.average_batch_stats = True
   c.algorithm.average_momentum = False
-  c.backend = 'one_host'  # All workers in one process; 'mpi': one process each (mpirun/srun).
+  c.backend = 'one_host'  # All workers in one process; 'mpi': R ranks of N / R (mpirun/srun).
   c.one_host = ml_collections.ConfigDict()  # The one-host cluster (backend='one_host' only).
   c.one_host.devices = 0  # Devices the workers are sharded over; 0: the most that divide N.
+  c.mpi = ml_collections.ConfigDict()  # The ranks (backend='mpi' only): num_workers / R each.
+  c.mpi.workers_per_rank = 0  # W; 0: num_workers / the job's ranks. Launchers read it.
+  c.mpi.devices = 0  # Local devices each rank shards its workers over; 0: the most that divide W.
   c.comm = ml_collections.ConfigDict()  # The MPI communicator (backend='mpi' only).
   c.comm.threaded = True  # Collectives on a background thread (False: synchronous, for tests).
   c.comm.staging = 'host'  # Where the allreduce runs: 'host' (mpi4py) or 'device' (mpi4jax).

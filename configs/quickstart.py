@@ -6,7 +6,8 @@
 (`make quickstart` runs exactly this.) Needs no network: the digits ship inside scikit-learn.
 1500 training and 297 test images, batch 16 per worker, period 1 for the first epoch then 5,
 10 epochs. The snapshot allreduce runs in the background thread while the local steps run; the
-last line gives the measured Tp, Tc and the fraction of communication hidden. Without MPI:
+last line gives the measured Tp, Tc and the fraction of communication hidden. More workers than
+ranks: `--config.num_workers=16` gives each rank 8 (any multiple of the ranks). Without MPI:
 `--config.backend=one_host` (then any `--config.num_workers`). Expected: final test accuracy of
 the averaged model >= 0.95 (README has the measured figure), about 15 s on 2 CPU cores.
 """

@@ -24,6 +24,12 @@ Sections (each its own table and targets in bench.md):
 - `hetero`: a mixed cluster on equal hardware, rank 0 at half speed (`emulate_speeds`), at
   r = Tc / Tp_slow of about 1: S-SGD, S-SGD+PS, Pipe-SGD+PS, AsynLocal-SGD and CoCoD-SGD+PS, each
   against the time model for mixed clusters (from the calibration), per step and per epoch.
+- `ranks`: 2 ranks x 8 workers each (16 workers at batch 128: the same 2048 examples a step as
+  the overlap section's 2 x 1024), S-SGD and CoCoD-SGD at r = Tc/Tp of about 1: a probe S-SGD run
+  gives this layout's Tp, the calibration's fit the link rate for Tc = Tp (the allreduce is one
+  model whatever W is); then `--repeats` runs of each. Time per step, speedup, Tp, the local
+  mean over the rank's 8 workers (Tl), Tc and the hidden fraction (target: CoCoD-SGD at least
+  1.6 times as fast per step), and a PNG of one measured round of each.
 
 Tc is the collective itself, without a fast rank's wait inside it for a slow one
 (`timeline.combine`).
@@ -55,7 +61,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALGOS = ('ssgd', 'pipe_sgd', 'local_sgd', 'cocod_sgd')
 NAMES = dict(ssgd='S-SGD', pipe_sgd='Pipe-SGD', local_sgd='Local-SGD', cocod_sgd='CoCoD-SGD')
 K = 5  # configs/bench.py's period.
-SECTIONS = ('overhead', 'comm', 'checkpoint', 'overlap', 'hetero')
+SECTIONS = ('overhead', 'comm', 'checkpoint', 'overlap', 'hetero', 'ranks')
+# The multi-worker ranks: 2 ranks x RANKS_WIDTH workers, the total batch of the overlap section.
+RANKS_WIDTH = 8
+RANKS_FLAGS = (
+  f'--config.num_workers={2 * RANKS_WIDTH}',
+  f'--config.mpi.workers_per_rank={RANKS_WIDTH}',
+  '--config.batch_size=128',
+)
+RANKS_ALGOS = ('ssgd', 'cocod_sgd')
 # The heterogeneous case: rank 0 at half speed; (name, algorithm, proportional sampling).
 HETERO = (
   ('S-SGD', 'ssgd', False),
@@ -404,6 +418,39 @@ def hetero_lines(hetero, calibration):
   ]
 
 
+def ranks_lines(ranks):
+  """The multi-worker ranks' table and target: rows with medians and [min, max] over the runs,
+  each speedup against the S-SGD run of the same repeat."""
+  runs = ranks['runs']
+  base = runs['ssgd']
+  lines = [
+    f'## Multi-worker ranks: 2 ranks x {ranks["workers_per_rank"]} workers, '
+    f'{ranks["rate_kbit"] / 1000:.0f} Mbit/s ({len(base)} runs per row)',
+    '',
+    '| algorithm | r = Tc/Tp (S-SGD run) | ms / step | speedup vs S-SGD | Tp ms | local mean ms '
+    '| Tc ms | hidden |',
+    '|---|---|---|---|---|---|---|---|',
+  ]
+  speedups = {}
+  for algo in RANKS_ALGOS:
+    rs = runs[algo]
+    speedups[algo] = [b['step_time_s'] / r['step_time_s'] for b, r in zip(base, rs)]
+    lines.append(
+      f'| {NAMES[algo]} | {spread([b["Tc_s"] / b["Tp_s"] for b in base], "{:.2f}")} '
+      f'| {spread([r["step_time_s"] for r in rs], scale=1e3)} '
+      f'| {spread(speedups[algo], "{:.2f}")}x | {spread([r["Tp_s"] for r in rs], scale=1e3)} '
+      f'| {spread([r.get("Tl_s") for r in rs], scale=1e3)} '
+      f'| {spread([r["Tc_s"] for r in rs], scale=1e3)} '
+      f'| {spread([r["hidden_fraction"] for r in rs], "{:.0%}")} |'
+    )
+  sp = speedups['cocod_sgd']
+  ranks['target'] = (
+    f'- 2 x {ranks["workers_per_rank"]}: CoCoD-SGD speedup over S-SGD per step = '
+    f'{spread(sp, "{:.2f}")}x (target >= 1.6): {_verdict(statistics.median(sp) >= 1.6)}'
+  )
+  return lines + ['', ranks['target']]
+
+
 def render(report):
   """bench.md's text from a report (what `measure` returns, or bench.json)."""
   lines = ['# Benchmark (median [min, max] over the runs)', '']
@@ -417,6 +464,8 @@ def render(report):
     lines += overlap_lines(report) + ['']
   if 'hetero' in report:
     lines += hetero_lines(report['hetero'], report['calibration']) + ['']
+  if 'ranks' in report:
+    lines += ranks_lines(report['ranks']) + ['']
   return '\n'.join(lines)
 
 
@@ -499,6 +548,34 @@ def measure_hetero(out, report):
   report['hetero'] = {'rate_kbit': rate, 'runs': runs}
 
 
+def measure_ranks(out, report):
+  """2 ranks x RANKS_WIDTH workers, S-SGD and CoCoD-SGD at r of about 1 (see the docstring)."""
+  a, b = (report['calibration'][k] for k in ('a_s', 'b_s_kbit'))
+  if not os.path.exists(os.path.join(out, 'synthetic.npz')):
+    write_data(os.path.join(out, 'synthetic.npz'))
+  print(f'2 ranks x {RANKS_WIDTH} workers: probe (S-SGD) for Tp:', flush=True)
+  fast = float(FLAGS.probe_rates_mbit[-1]) * 1000
+  probe = run_job(os.path.join(out, 'ranks', 'probe'), fast, 'ssgd', *RANKS_FLAGS)
+  if probe['Tp_s'] <= a:
+    raise SystemExit(f'bench: Tp={probe["Tp_s"] * 1e3:.1f} ms is below the fitted Tc floor')
+  rate = b / (probe['Tp_s'] - a)
+  print(f'r = 1: link rate {rate / 1000:.0f} Mbit/s', flush=True)
+  runs = {algo: [] for algo in RANKS_ALGOS}
+  for rep in range(FLAGS.repeats):
+    for algo in RANKS_ALGOS if rep % 2 == 0 else RANKS_ALGOS[::-1]:
+      wd = os.path.join(out, 'ranks', f'rep{rep}', algo)
+      runs[algo].append(run_job(wd, rate, algo, *RANKS_FLAGS))
+  report['ranks'] = {
+    'workers_per_rank': RANKS_WIDTH,
+    'rate_kbit': rate,
+    'probe': probe,
+    'runs': runs,
+  }
+  dirs = [os.path.join(out, 'ranks', 'rep0', algo) for algo in RANKS_ALGOS]
+  png = os.path.join(out, 'timeline_ranks.png')
+  plot_timeline.plot(dirs, [NAMES[x] for x in RANKS_ALGOS], png, title=f'2 x {RANKS_WIDTH}, r = 1')
+
+
 def measure(out, sections, report):
   """The runs of the chosen sections, into `report` (bench.json's content, holding the sections
   of an earlier run that were not chosen again); returns it."""
@@ -512,7 +589,8 @@ def measure(out, sections, report):
     _script(sys.executable, 'launch/bench_checkpoint.py', f'--out={path}')
     with open(path) as f:
       report['checkpoint'] = json.load(f)
-  if 'overlap' in sections or ('hetero' in sections and 'calibration' not in report):
+  later = {'hetero', 'ranks'} & set(sections)  # Sections that reuse an earlier calibration.
+  if 'overlap' in sections or (later and 'calibration' not in report):
     write_data(os.path.join(out, 'synthetic.npz'))
     print('calibration (S-SGD at two link rates):', flush=True)
     a, b, tp, cal = calibrate(out)
@@ -520,12 +598,14 @@ def measure(out, sections, report):
       f'  Tc = {a * 1e3:.1f} ms + {b:.0f} ms*kbit/s / rate,  Tp = {tp * 1e3:.1f} ms', flush=True
     )
     report['calibration'] = {'a_s': a, 'b_s_kbit': b, 'Tp_s': tp, 'runs': cal}
-  elif 'hetero' in sections:
+  elif later:
     print('calibration: that of the earlier run in bench.json', flush=True)
   if 'overlap' in sections:
     measure_overlap(out, report)
   if 'hetero' in sections:
     measure_hetero(out, report)
+  if 'ranks' in sections:
+    measure_ranks(out, report)
   return report
 
 

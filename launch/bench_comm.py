@@ -6,7 +6,8 @@
 
 Payloads: the parameters of the small CNN on digits (19.6k floats, 78 KB: the fixed cost) and of
 ResNet18 for CIFAR (11.2M floats, 44.7 MB: the bandwidth), as the trees the training loop hands
-over (the models' real leaf shapes, from `jax.eval_shape`). For each, the median time of one call
+over (the models' real leaf shapes, from `jax.eval_shape`, on a worker axis of one: one worker
+per rank). For each, the median time of one call
 of: raw `comm.Allreduce` of a NumPy vector of the same number of floats; the communicator's
 blocking `weighted_mean` of the tree (host staging: pack, allreduce, back on the device); and a
 `start` + `wait` through its background thread. Ranks meet at a barrier before each timed call.
@@ -35,7 +36,7 @@ def _tree(name):
   shape = (1, 8, 8, 1) if name == 'cnn' else (1, 32, 32, 3)
   model = models.get_model(name, 10)
   abstract = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), jnp.zeros(shape)))['params']
-  return jax.tree.map(lambda s: jnp.full(s.shape, 0.5, s.dtype), abstract)
+  return jax.tree.map(lambda s: jnp.full((1, *s.shape), 0.5, s.dtype), abstract)
 
 
 def _median_ms(comm, fn, calls):

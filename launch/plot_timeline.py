@@ -4,9 +4,10 @@
 
 Each argument is a workdir of an MPI run (it holds timeline_rank<r>.json). For Local-SGD and
 CoCoD-SGD the window is one full round of the last epoch; for S-SGD and Pipe-SGD it is k = 5
-consecutive steps there. Every rank gets two lanes: the main thread (local steps, the snapshot and
-correction, waits on communication) and the communicator's thread (the allreduce). Ranks of one
-host share a clock and are drawn aligned.
+consecutive steps there. Every rank gets two lanes, three when it recorded local means: the main
+thread (local steps, the snapshot and correction, waits on communication), the local mean over
+the rank's workers on its devices, and the communicator's thread (the allreduce between ranks).
+Ranks of one host share a clock and are drawn aligned.
 """
 
 import json
@@ -16,13 +17,21 @@ import sys
 from absl import app
 from absl import flags
 
-COLORS = {'step': '#4c72b0', 'merge': '#dd8452', 'wait': '#c44e52', 'allreduce': '#55a868'}
+COLORS = {
+  'step': '#4c72b0',
+  'merge': '#dd8452',
+  'wait': '#c44e52',
+  'local': '#8172b3',
+  'allreduce': '#55a868',
+}
 LABELS = {
   'step': 'local step',
   'merge': 'snapshot / correction',
   'wait': 'waiting on communication',
-  'allreduce': 'allreduce',
+  'local': 'local mean (rank devices)',
+  'allreduce': 'allreduce between ranks',
 }
+LANES = ((0, 'main'), (2, 'local'), (1, 'comm'))  # (trace tid, label), top to bottom.
 
 
 def load(workdir):
@@ -80,11 +89,12 @@ def plot(workdirs, titles, out, title=''):
     t0, t1 = window(ranks[min(ranks)])
     longest = max(longest, t1 - t0)
     ticks, labels = [], []
-    for i, rank in enumerate(sorted(ranks)):
-      for lane, thread in enumerate((0, 1)):
-        y = -(2 * i + lane)
+    for rank in sorted(ranks):
+      present = {s['tid'] for s in ranks[rank]}
+      for thread, lane in [(t, n) for t, n in LANES if t in present or t != 2]:
+        y = -len(ticks)
         ticks.append(y)
-        labels.append(f'rank {rank} ' + ('main' if thread == 0 else 'comm'))
+        labels.append(f'rank {rank} {lane}')
         for s in ranks[rank]:
           if s['tid'] != thread or s['cat'] not in COLORS or s['end'] < t0 or s['start'] > t1:
             continue
@@ -95,7 +105,7 @@ def plot(workdirs, titles, out, title=''):
   axes[-1].set_xlabel('time from the start of the window (ms)')
   axes[-1].set_xlim(0, longest * 1e3 * 1.02)
   handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
-  fig.legend(handles, LABELS.values(), loc='upper right', fontsize=7, ncol=4)
+  fig.legend(handles, LABELS.values(), loc='upper right', fontsize=7, ncol=5)
   if title:
     fig.suptitle(f'Measured timeline, {title}', x=0.01, ha='left', fontsize=10)
   fig.tight_layout(rect=(0, 0, 1, 0.95))

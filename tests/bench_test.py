@@ -154,3 +154,27 @@ def test_hetero_model_and_rows():
     '200.0 [200.0, 200.0]', '3.00 [3.00, 3.00]x'
   ]  # fmt: skip
   assert lines[-1].endswith(': met')
+
+
+def test_ranks_rows_and_target():
+  # Two repeats of S-SGD and CoCoD-SGD on 2 ranks x 8 workers: per-repeat speedups 2.0 and 1.5.
+  def run(step, tp, tl, tc, hidden):
+    return {'step_time_s': step, 'Tp_s': tp, 'Tl_s': tl, 'Tc_s': tc, 'hidden_fraction': hidden}
+
+  runs = {
+    'ssgd': [run(0.4, 0.2, 0.01, 0.18, 0.0), run(0.45, 0.2, 0.01, 0.22, 0.0)],
+    'cocod_sgd': [run(0.2, 0.19, 0.01, 0.2, 0.95), run(0.3, 0.2, 0.012, 0.25, 0.9)],
+  }
+  ranks = {'workers_per_rank': 8, 'rate_kbit': 400e3, 'runs': runs}
+  lines = bench.ranks_lines(ranks)
+  assert lines[0] == '## Multi-worker ranks: 2 ranks x 8 workers, 400 Mbit/s (2 runs per row)'
+  cocod = [c.strip() for c in lines[5].strip('|').split('|')]
+  # r of the S-SGD runs 0.9 and 1.1; local mean 10 and 12 ms.
+  assert cocod[:2] == ['CoCoD-SGD', '1.00 [0.90, 1.10]']
+  assert cocod[3:] == ['1.75 [1.50, 2.00]x', '195.0 [190.0, 200.0]', '11.0 [10.0, 12.0]',
+                       '225.0 [200.0, 250.0]', '92% [90%, 95%]']  # fmt: skip
+  assert lines[-1] == (
+    '- 2 x 8: CoCoD-SGD speedup over S-SGD per step = 1.75 [1.50, 2.00]x (target >= 1.6): met'
+  )
+  runs['cocod_sgd'][0]['step_time_s'] = 0.3
+  assert bench.ranks_lines(ranks)[-1].endswith('(target >= 1.6): MISSED')

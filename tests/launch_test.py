@@ -19,11 +19,33 @@ def _run(cmd, env=None, timeout=120):
 
 
 @pytest.mark.parametrize(
-  'args', [[], ['-np'], ['-np', 'two', 'true'], ['-np', '2'], ['--np', '2', 'true']]
+  'args',
+  [
+    [],
+    ['-np'],
+    ['-np', 'two', 'true'],
+    ['-np', '2'],
+    ['--np', '2', 'true'],
+    ['--hostfile', '/nonexistent', '-np', '2', 'true'],
+    ['--per-node', 'true'],
+  ],
 )
 def test_mpirun_usage_errors(args):
   p = _run([MPIRUN, *args])
   assert p.returncode == 2 and p.stderr.strip(), p.stderr
+
+
+def test_mpirun_one_rank_per_node(tmp_path):
+  # What the launcher hands mpirun (a stand-in that prints its arguments): one rank per node,
+  # unbound, on the listed hosts, and no --oversubscribe (the ranks are not all on this machine).
+  hosts = tmp_path / 'hosts'
+  hosts.write_text('node1 slots=1\nnode2 slots=1\n')
+  env = dict(os.environ, MPIRUN='echo')
+  p = _run([MPIRUN, '--hostfile', str(hosts), '--per-node', '-np', '64', 'python', 'x.py'], env)
+  assert p.returncode == 0, p.stderr
+  args = p.stdout.split()
+  assert args[-4:] == ['-np', '64', 'python', 'x.py'] and '--oversubscribe' not in args
+  assert ' '.join(args).count(f'--hostfile {hosts} --map-by ppr:1:node --bind-to none') == 1
 
 
 @pytest.mark.parametrize('args', [[], ['--rate'], ['--speed', '1gbit', '--', 'true']])
@@ -72,7 +94,8 @@ def test_job_on_the_simulated_network(tmp_path):
 def test_slurm_example_with_a_stand_in_srun(tmp_path):
   # No Slurm here: a stand-in `srun` runs the batch script's command on $SLURM_NTASKS ranks with
   # the venv's mpirun, so the script's own work is checked: it goes to the submit directory, sets
-  # num_workers from the task count and passes the config, the workdir and the overrides on.
+  # num_workers from the task count and the workers per rank (2 each here) and passes the config,
+  # the workdir and the overrides on.
   fake = tmp_path / 'bin' / 'srun'
   fake.parent.mkdir()
   fake.write_text(
@@ -82,7 +105,7 @@ def test_slurm_example_with_a_stand_in_srun(tmp_path):
   )
   fake.chmod(0o755)
   env = dict(os.environ, PATH=f'{fake.parent}:{os.environ["PATH"]}', SLURM_NTASKS='2',
-             SLURM_SUBMIT_DIR=ROOT)  # fmt: skip
+             SLURM_SUBMIT_DIR=ROOT, WORKERS_PER_RANK='2')  # fmt: skip
   env.pop('XLA_FLAGS', None)
   workdir = tmp_path / 'run'
   script = os.path.join(ROOT, 'launch', 'slurm_example.sbatch')
@@ -91,7 +114,8 @@ def test_slurm_example_with_a_stand_in_srun(tmp_path):
                      capture_output=True, text=True, timeout=180)  # fmt: skip
   assert p.returncode == 0, p.stderr[-3000:]
   res = json.loads((workdir / 'results.json').read_text())
-  assert res['backend'] == 'mpi' and res['config']['num_workers'] == 2
+  assert res['backend'] == 'mpi' and res['config']['num_workers'] == 4
+  assert res['layout']['processes'] == 2 and res['layout']['workers_per_process'] == 2
   assert res['config']['algorithm']['name'] == 'local_sgd'
 
 

@@ -145,6 +145,11 @@ def test_expand_sweep_wide_overrides_and_mpi_commands(tmp_path):
   (_, timed) = points_lib.expand(f'{TINY}:case=mixed', str(tmp_path), link_rate='1gbit')
   assert points_lib.command(timed)[:4] == ['launch/simnet.sh', '--rate', '1gbit', '--']
   assert timed.hash != mpi.hash
+  # 16 workers in ranks of 8 (mpi.workers_per_rank): 2 MPI processes.
+  (_, ranks) = points_lib.expand(f'{TINY}:case=mixed', str(tmp_path), {'num_workers': 16,
+                                 'mpi.workers_per_rank': 8, 'batch_size': 4})  # fmt: skip
+  assert points_lib.command(ranks)[:3] == ['launch/mpirun.sh', '-np', '2']
+  assert slurm._ranks(ranks, 'slurm') == 2 and slurm._ranks(ranks, 'local') == 1  # Tasks.
 
 
 def test_duplicates_are_rejected(tmp_path):

@@ -87,6 +87,32 @@ def test_chrome_trace_and_plot(tmp_path):
     assert f.read(8) == b'\x89PNG\r\n\x1a\n'
 
 
+def test_local_mean_counts_as_communication():
+  # A rank of several workers: a 0.02 s local mean before a background 0.3 s allreduce (exposed:
+  # it runs in line with the steps), and a blocking average whose 0.01 s local mean lies inside
+  # its 0.11 s wait (exposed there already, not twice).
+  tl = timeline_lib.Timeline(enabled=True)
+  tl.add('local_mean', 'local', 0.0, 0.02, thread=timeline_lib.LOCAL, epoch=1, in_wait=False)
+  tl.add('step', 'step', 0.02, 0.22, epoch=1)
+  tl.add('allreduce', 'allreduce', 0.02, 0.32, thread=timeline_lib.COMM, epoch=1)
+  tl.add('wait', 'wait', 0.22, 0.32, epoch=1)
+  tl.add('wait', 'wait', 0.32, 0.43, epoch=1)
+  tl.add('local_mean', 'local', 0.32, 0.33, thread=timeline_lib.LOCAL, epoch=1, in_wait=True)
+  tl.add('allreduce', 'allreduce', 0.33, 0.43, thread=timeline_lib.COMM, epoch=1)
+  tl.sampled_steps[1] = 1
+  s = tl.summary(1, 1, 0.43)
+  # comm = 0.4 allreduce + 0.03 local; exposed = 0.21 waits + 0.02 local outside them.
+  np.testing.assert_allclose(
+    [s['Tc_s'], s['Tl_s'], s['local_s'], s['comm_s'], s['exposed_comm_s']],
+    [0.2, 0.015, 0.03, 0.43, 0.23],
+    rtol=1e-6,
+  )
+  np.testing.assert_allclose(s['hidden_fraction'], 1 - 0.23 / 0.43, rtol=1e-6)
+  assert s['local_means'] == 2 and s['collectives'] == 2
+  combined = timeline_lib.combine([dict(s), dict(s)])
+  assert combined['Tl_s'] == s['Tl_s'] and 'local mean 15.0 ms' in timeline_lib.describe(combined)
+
+
 def test_combine_takes_tc_without_the_wait_for_the_slow_rank():
   # Two collectives. Rank 0 (fast) arrives first and waits inside both: its spans are 0.5 and
   # 0.6 s; rank 1 arrives last, its spans are the collectives themselves, 0.2 and 0.3 s. Tc is

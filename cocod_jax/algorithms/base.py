@@ -30,7 +30,7 @@ class Waited(NamedTuple):
 class Context(NamedTuple):
   """What an algorithm works with: the cluster, the config, the timeline and the step counts."""
 
-  cluster: Any  # cluster.one_host.OneHostCluster or cluster.mpi.MPICluster
+  cluster: Any  # cluster.one_host.OneHostCluster or cluster.ranks.RanksCluster
   config: Any
   timeline: timeline_lib.Timeline
   steps_per_epoch: int
@@ -101,6 +101,16 @@ class Algorithm:
   def closes_round(self, t: int) -> bool:
     return t + 1 == self.round_end
 
+  def start(self, tree, label: str, t: int):
+    """Starts a collective in the background. Under MPI its first part, the local mean over the
+    rank's workers, runs on the rank's devices in line with the steps; sampled rounds wait for it
+    here, to time it (a `local_mean` span, communication that the main thread does not hide)."""
+    handle = self.cluster.start(tree, label, t, timed=self.tl.sampling)
+    local = getattr(handle, 'local_span', None)
+    if local is not None:
+      self.tl.add('local_mean', 'local', *local, thread=timeline_lib.LOCAL, in_wait=False)
+    return handle
+
   def wait(self, handle, drain=False):
     """Waits for a collective, recorded as a `wait` span (communication exposed to training).
 
@@ -119,13 +129,16 @@ class Algorithm:
     with self.tl.span('wait', 'wait', label=label, drain=False):
       handle = self.cluster.start(tree, label, t, blocking=True)
       value = self.tl.ready(self.cluster.wait(handle))
-    self._record(handle)
+    self._record(handle, blocking=True)
     return value
 
-  def _record(self, handle):
+  def _record(self, handle, blocking=False):
     span = getattr(handle, 'span', None)
     if span is not None:  # The MPI communicator times the staging and the allreduce.
       self.tl.add('allreduce', 'allreduce', *span, thread=timeline_lib.COMM)
+    local = getattr(handle, 'local_span', None)
+    if blocking and local is not None:  # Inside the `wait` span: exposed there already.
+      self.tl.add('local_mean', 'local', *local, thread=timeline_lib.LOCAL, in_wait=True)
 
 
 class RoundAlgorithm(Algorithm):

@@ -25,14 +25,14 @@ class CoCoDSGD(base.RoundAlgorithm):
       with self.tl.span('snapshot', 'merge'):
         snap = self.tl.ready(self.cluster.snapshot(steps.synced_part(state, self.config)))
       label = 'the snapshot at the start of ' + self.round_label()
-      self.pending = (self.cluster.start(snap.snapshot, label, t), snap)
+      self.pending = (self.start(snap.snapshot, label, t), snap)
     with self.tl.span('step', 'step'):  # Step II: the local steps.
       state, loss = self.tl.ready(self.cluster.local_step(state, data))
     if self.closes_round(t):
       handle, snap = self.pending
       averaged = self.wait(handle)
       with self.tl.span('correct', 'merge'):
-        corrected, _ = self.cluster.correct(steps.synced_part(state, self.config), averaged, snap)
+        corrected = self.cluster.correct(steps.synced_part(state, self.config), averaged, snap)
         state = self.tl.ready(steps.with_part(state, corrected))
       self.pending = None
     return state, loss

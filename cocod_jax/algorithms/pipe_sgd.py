@@ -20,14 +20,15 @@ class PipeSGD(base.Algorithm):
     with self.tl.span('grads', 'step'):
       grads, new_bs, loss = self.tl.ready(self.cluster.compute_grads(state, data))
     averaged = None if self.pending is None else self.wait(self.pending)  # gbar_{t-1}
+    # g_t's allreduce runs while x_{t+1} is applied and g_{t+1} computed (its local mean, under
+    # MPI, first: it is timed apart from the update).
+    payload = steps.gradient_payload(grads, new_bs, self.config)
+    self.pending = self.start(payload, f'the gradients of step {t}', t)
     with self.tl.span('update', 'step'):
       if averaged is None:
         state = self.cluster.skip_step(state)  # Step 0 only fills the pipeline.
       else:
         state = self.cluster.apply_update(state, averaged['g'], averaged.get('bs', new_bs))
-      # g_t's allreduce runs while x_{t+1} is applied and g_{t+1} computed.
-      payload = steps.gradient_payload(grads, new_bs, self.config)
-      self.pending = self.cluster.start(payload, f'the gradients of step {t}', t)
       state = self.tl.ready(state)
     return state, loss
 

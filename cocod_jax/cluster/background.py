@@ -10,7 +10,8 @@ gradients): a hand-over to the thread would add its latency and nothing would ov
 
 The worker knows nothing about MPI: `cluster/mpi.py` gives it the staging-and-allreduce
 function. Besides the result, each call records the span (start, end) of the work itself, which
-the timeline reports as the communication time `Tc`.
+the timeline reports as the communication time `Tc`, and its caller may record `local_span`, the
+part done before the hand-over (the local mean over a rank's workers).
 """
 
 import queue
@@ -55,6 +56,8 @@ class Pending:
     self.error_text = ''
     self.submitted = time.perf_counter()
     self.span: tuple[float, float] | None = None
+    # The part of a collective that ran before the hand-over (MPI: the local mean), if timed.
+    self.local_span: tuple[float, float] | None = None
 
 
 class BackgroundWorker:

@@ -5,6 +5,10 @@ Every per-worker array carries a leading worker axis of length N. The step funct
 devices (D divides N): 16 workers on one GPU (D = 1), 2 per device on 8 GPUs, one per XLA CPU
 device in the multi-device tests. The paper's 16-worker accuracy runs therefore fit on one GPU.
 
+`StackedWorkers` is that placement alone (the mesh, the vmapped functions, putting per-worker
+values onto the worker axis); `OneHostCluster` adds the average over all N workers, and
+`cluster/ranks.py` the same W workers per MPI rank with an allreduce between the ranks.
+
 The weighted average `sum_i w_i x_i` is a compiled sum in a fixed order (worker 0 first), after
 every device has received every worker's copy: a resharding copy from the worker axis to all
 devices, then the same program on each device. No device gathers for the others, the result is
@@ -19,10 +23,11 @@ With the average, each worker's contribution is tested for NaN and Inf; `wait` r
 
 This runtime reproduces the numbers of a cluster, not its time: workers that share a device run
 one after the other inside one vmapped program, and communication is a copy between devices.
-Wall-clock results (Tp, Tc, speedups) come from the MPI runtime (`cluster/mpi.py`).
+Wall-clock results (Tp, Tc, speedups) come from the MPI runtime (`cluster/ranks.py`).
 """
 
 from typing import Any
+from typing import Callable
 from typing import NamedTuple
 
 import jax
@@ -45,8 +50,20 @@ class Done(NamedTuple):
   step: int
 
 
-def choose_devices(num_workers: int, requested: int, available: list) -> list:
+def choose_devices(
+  num_workers: int, requested: int, available: list, field='one_host.devices', whose=None
+):
   """The devices of the mesh: `requested` of them (0: the most, up to all, that divide N).
+
+  Args:
+    num_workers: the workers to place (all of them, or one rank's).
+    requested: the config's device count (`field`), 0 for automatic.
+    available: the devices to choose from, in order.
+    field: the config field named in the error.
+    whose: how the error names the workers (default: `num_workers=N`).
+
+  Returns:
+    the first `requested` (or the automatic count) of `available`.
 
   Raises:
     ValueError: `requested` does not divide `num_workers` or exceeds the devices available.
@@ -54,7 +71,7 @@ def choose_devices(num_workers: int, requested: int, available: list) -> list:
   if requested:
     if requested > len(available) or num_workers % requested:
       raise ValueError(
-        f'one_host.devices={requested} is invalid for num_workers={num_workers} with '
+        f'{field}={requested} is invalid for {whose or f"num_workers={num_workers}"} with '
         f'{len(available)} {available[0].platform} device(s); allowed: 0 (automatic) or a '
         f'divisor of {num_workers} that is at most {len(available)}'
       )
@@ -63,22 +80,119 @@ def choose_devices(num_workers: int, requested: int, available: list) -> list:
   return available[:count]
 
 
-def _weighted_total(tree, w):
-  """`sum_i w_i tree_i` in worker order, broadcast back to every worker; and the bad workers."""
+def weighted_sum(tree, w):
+  """The weighted sum over the leading worker axis: the one place where workers' copies are
+  added up (pure, jittable).
+
+  Args:
+    tree: leaves of shape [W, ...].
+    w: [W] weights.
+
+  Returns:
+    (`sum_i w_i tree_i` in worker order, each term rounded to the leaves' dtype first, as a sum
+    over MPI ranks would be; [W] flags of the workers whose contribution holds NaN or Inf).
+  """
 
   def one(a):
-    terms = [(a[i] * w[i]).astype(a.dtype) for i in range(a.shape[0])]
-    total = terms[0]
-    for term in terms[1:]:
-      total = total + term
-    return jnp.broadcast_to(total, a.shape)
+    total = (a[0] * w[0]).astype(a.dtype)
+    for i in range(1, a.shape[0]):
+      total = total + (a[i] * w[i]).astype(a.dtype)
+    return total
 
   finite = [jnp.all(jnp.isfinite(a.reshape(a.shape[0], -1)), axis=1) for a in jax.tree.leaves(tree)]
   bad = ~jnp.all(jnp.stack(finite), axis=0) if finite else jnp.zeros(w.shape, bool)
   return jax.tree.map(one, tree), bad
 
 
-class OneHostCluster:
+def _weighted_total(tree, w):
+  """`weighted_sum`, broadcast back to every worker; and the bad workers."""
+  total, bad = weighted_sum(tree, w)
+  return jax.tree.map(lambda t, a: jnp.broadcast_to(t, a.shape), total, tree), bad
+
+
+class StackedWorkers:
+  """Workers of this process on a leading axis, vmapped, sharded over local devices.
+
+  Args:
+    fns: the per-worker step functions.
+    workers: the (global) indices of the workers this process holds, in order.
+    weights: `w_i` of every worker of the cluster (indexed globally).
+    devices: the local devices the worker axis is sharded over (their number divides W).
+    slowed: wraps the compiled functions that compute a local step (time emulation; identity
+      by default).
+  """
+
+  def __init__(self, fns: steps_lib.StepFns, workers, weights, devices, slowed=lambda f: f):
+    self.workers = list(workers)
+    self.weights = weights
+    self.devices = list(devices)
+    mesh = jax.sharding.Mesh(np.array(self.devices), (AXIS,))
+    self.sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
+    self.replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    self.device = self.devices[0]  # Where the averaged model is evaluated.
+
+    def vmapped(f, donate=()):
+      return jax.jit(jax.vmap(f), donate_argnums=donate)
+
+    self.compute_grads = slowed(vmapped(fns.compute_grads))
+    self.apply_update = vmapped(fns.apply_update, donate=0)
+    self.local_step = slowed(vmapped(fns.local_step, donate=0))
+    self.skip_step = vmapped(fns.skip_step, donate=0)
+    self.masked_step = slowed(vmapped(fns.masked_step, donate=0))
+    tx = correction.decoupled_correction()
+    self.snapshot = vmapped(tx.init)
+    # The corrected x alone: CoCoD-SGD snapshots it again at the next round's start, and a second
+    # output of the same value is a second buffer that XLA writes (measured: 8 workers of the
+    # 2.1M-parameter MLP on one CPU device, 89 ms with it, 45 ms without).
+    self.correct = vmapped(lambda x, averaged, snap: tx.update(x, averaged, snap)[0])
+    self.eval_step = jax.jit(fns.eval_step)
+
+  def layout(self) -> dict:
+    """Where the workers run: processes, workers and devices per process (results.json)."""
+    return {
+      'processes': self.processes,
+      'workers_per_process': len(self.workers),
+      'devices_per_process': len(self.devices),
+      'platform': self.device.platform,
+    }
+
+  def put(self, per_worker):
+    """Stacks per-worker values (a list or a dict by global worker index; arrays or pytrees) of
+    the workers here onto the worker axis. Arrays whose first axes differ (unequal shards) are
+    padded with zeros to the longest."""
+
+    def stack(*arrays):
+      arrays = [np.asarray(a) for a in arrays]
+      if arrays[0].ndim:
+        longest = max(len(a) for a in arrays)
+        pad = lambda a: np.zeros((longest - len(a),) + a.shape[1:], a.dtype)
+        arrays = [np.concatenate([a, pad(a)]) for a in arrays]
+      return np.stack(arrays)
+
+    stacked = jax.tree.map(stack, *[per_worker[i] for i in self.workers])
+    return jax.device_put(stacked, self.sharded)
+
+  def put_stacked(self, tree):
+    """A tree of [W, ...] arrays (this process's workers, as its checkpoint part holds them)."""
+    return jax.device_put(tree, self.sharded)
+
+  def init_state(self, make: Callable):
+    """The state of every worker here, `make(i)` for global index i, stacked."""
+    return self.put({i: jax.device_get(make(i)) for i in self.workers})
+
+  def first(self, tree):
+    """The first worker's copy of a tree that all workers hold alike, on `self.device`."""
+    return jax.device_put(jax.tree.map(lambda a: a[0], tree), self.device)
+
+  def local_losses(self, losses):
+    """Each worker's mean training loss over `losses` ([steps] of [W]), as NumPy (one transfer),
+    and the global indices of those that are not finite."""
+    per_worker = np.mean(jax.device_get(jnp.stack(losses)), axis=0)
+    bad = [self.workers[j] for j in np.flatnonzero(~np.isfinite(per_worker))]
+    return per_worker, bad
+
+
+class OneHostCluster(StackedWorkers):
   """All workers in this process (see the module docstring).
 
   Args:
@@ -94,47 +208,10 @@ class OneHostCluster:
 
   def __init__(self, fns: steps_lib.StepFns, config, weights):
     self.num_workers = config.num_workers
-    self.workers = list(range(self.num_workers))
-    self.weights = weights
-    self.devices = choose_devices(self.num_workers, config.one_host.devices, jax.devices())
-    mesh = jax.sharding.Mesh(np.array(self.devices), (AXIS,))
-    self.sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
-    self.replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    self.device = self.devices[0]  # Where the averaged model is evaluated.
-
-    def vmapped(f, donate=()):
-      return jax.jit(jax.vmap(f), donate_argnums=donate)
-
-    self.compute_grads = vmapped(fns.compute_grads)
-    self.apply_update = vmapped(fns.apply_update, donate=0)
-    self.local_step = vmapped(fns.local_step, donate=0)
-    self.skip_step = vmapped(fns.skip_step, donate=0)
-    self.masked_step = vmapped(fns.masked_step, donate=0)
-    tx = correction.decoupled_correction()
-    self.snapshot = vmapped(tx.init)
-    self.correct = vmapped(tx.update)
-    self.eval_step = jax.jit(fns.eval_step)
+    devices = choose_devices(self.num_workers, config.one_host.devices, jax.devices())
+    super().__init__(fns, range(self.num_workers), weights, devices)
     self._w = jax.device_put(np.asarray(weights, np.float32), self.replicated)
     self._total = jax.jit(_weighted_total, out_shardings=(self.sharded, self.replicated))
-
-  def put(self, per_worker):
-    """Stacks per-worker values (a list or a dict by worker; arrays or pytrees) onto the worker
-    axis. Arrays whose first axes differ (unequal shards) are padded with zeros to the longest."""
-
-    def stack(*arrays):
-      arrays = [np.asarray(a) for a in arrays]
-      if arrays[0].ndim:
-        longest = max(len(a) for a in arrays)
-        pad = lambda a: np.zeros((longest - len(a),) + a.shape[1:], a.dtype)
-        arrays = [np.concatenate([a, pad(a)]) for a in arrays]
-      return np.stack(arrays)
-
-    stacked = jax.tree.map(stack, *[per_worker[i] for i in self.workers])
-    return jax.device_put(stacked, self.sharded)
-
-  def put_stacked(self, tree):
-    """A tree of [N, ...] arrays (all workers', as a checkpoint holds them) onto the workers."""
-    return jax.device_put(tree, self.sharded)
 
   def any(self, *flags: bool) -> tuple[bool, ...]:
     """For each flag, whether any process raised it (here: the one process)."""
@@ -144,14 +221,11 @@ class OneHostCluster:
     """The value every process holds (here: the one process's)."""
     return value
 
-  def init_state(self, make):
-    return self.put([jax.device_get(make(i)) for i in self.workers])
-
   # ------------------------------------------------------------------ collectives
 
-  def start(self, tree, label='', step=-1, blocking=False):
+  def start(self, tree, label='', step=-1, blocking=False, timed=False):
     """Dispatches `sum_i w_i tree_i` (JAX runs it asynchronously); `wait` returns it."""
-    del blocking  # Nothing runs in the background here.
+    del blocking, timed  # Nothing runs in the background here, and nothing is timed.
     value, bad = self._total(jax.device_put(tree, self.replicated), self._w)
     return Done(value, bad, label, step)
 
@@ -167,15 +241,10 @@ class OneHostCluster:
 
   # ------------------------------------------------------------------ the rest of the interface
 
-  def first(self, tree):
-    """Worker 0's copy of a tree that all workers hold alike, on `self.device`."""
-    return jax.device_put(jax.tree.map(lambda a: a[0], tree), self.device)
-
   def mean_loss(self, losses) -> tuple[float, list[int]]:
     """The epoch's training loss `sum_i w_i mean_t loss_i,t`, and the workers whose mean loss
     is not finite (one transfer of the [steps, N] losses)."""
-    per_worker = np.mean(jax.device_get(jnp.stack(losses)), axis=0)
-    bad = np.flatnonzero(~np.isfinite(per_worker)).tolist()
+    per_worker, bad = self.local_losses(losses)
     return float(per_worker @ np.asarray(self.weights)), bad
 
   def preflight(self, config, state):

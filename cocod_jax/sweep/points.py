@@ -61,6 +61,12 @@ class Point:
   def num_workers(self) -> int:
     return int(self.config.get('num_workers', 1))
 
+  @property
+  def ranks(self) -> int:
+    """MPI processes: num_workers / mpi.workers_per_rank (one per worker when that is 0)."""
+    width = int((self.config.get('mpi') or {}).get('workers_per_rank', 0) or 0)
+    return self.num_workers // width if width else self.num_workers
+
 
 def config_hash(config: dict, link_rate: str = '') -> str:
   """8 hex digits of the SHA-256 of `config` without NON_RESULT_FIELDS.
@@ -284,7 +290,7 @@ def command(point: Point, launcher: str = 'local', python: str | None = None) ->
     point: the point.
     launcher: 'local' (MPI points under launch/mpirun.sh, on launch/simnet.sh with a link
       rate) or 'slurm' (the entry point alone: every task of the point's job runs it as one MPI
-      rank, the tasks started by submitit's `srun --mpi=pmix`).
+      rank, the tasks started by submitit's `srun --mpi=pmix`); `point.ranks` ranks either way.
     python: the interpreter; sys.executable by default.
 
   Returns:
@@ -295,5 +301,5 @@ def command(point: Point, launcher: str = 'local', python: str | None = None) ->
   cmd += [f'--workdir={point.dir}'] + [f'--config.{p}={t}' for p, t in point.texts.items()]
   if point.backend != 'mpi' or launcher == 'slurm':
     return cmd
-  cmd = ['launch/mpirun.sh', '-np', str(point.num_workers)] + cmd
+  cmd = ['launch/mpirun.sh', '-np', str(point.ranks)] + cmd
   return ['launch/simnet.sh', '--rate', point.link_rate, '--'] + cmd if point.link_rate else cmd

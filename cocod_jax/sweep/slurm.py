@@ -130,7 +130,7 @@ def parse_slurm_args(args) -> SlurmOptions:
 def _ranks(point, cluster: str) -> int:
   """The job's tasks for `point`: its MPI ranks under Slurm, else 1 (one-host; or MPI under
   submitit's local executor, where the task starts the ranks with launch/mpirun.sh)."""
-  return point.num_workers if cluster == 'slurm' and point.backend == 'mpi' else 1
+  return point.ranks if cluster == 'slurm' and point.backend == 'mpi' else 1
 
 
 def slurm_parameters(launch_, options: SlurmOptions, ranks: int, mpi: bool) -> dict:

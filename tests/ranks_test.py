@@ -1,0 +1,246 @@
+"""R ranks x W workers per rank (cluster/ranks.py) under `mpirun -np 2`, against the one-host
+cluster of R * W workers and the float64 reference (tests/reference.py).
+
+One launch (`tests/mpi_ranks.py`, JAX started once, 4 XLA CPU devices per rank) runs every case:
+
+- every algorithm at 2 x 1 (one worker per rank), 2 x 2 (one device per rank: the two workers
+  vmapped together) and 2 x 4 (two devices per rank, two workers each), with worker speeds that
+  make the batches, the weights and the ranks' totals unequal (proportional sampling;
+  AsynLocal-SGD's local step counts instead), and a learning rate that changes every step;
+- CoCoD-SGD at 2 x 4 on four devices per rank (one worker each): the run on two, to float32
+  rounding (XLA:CPU compiles a vmapped step of 1, 2 or 4 workers per device apart, and the
+  one-host cluster's numbers move in the last bit between such placements too);
+- a resume at 2 x 2: CoCoD-SGD (rounds of 3 over epochs of 2 steps, so a round is in flight at
+  every epoch end) stopped after 2 of 3 epochs and continued from its checkpoint: bit for bit
+  the straight run;
+- a divergence on the second worker of rank 1, named by its global index, 3.
+
+Two more launches refuse a layout: ranks with different device counts, and a worker count that
+the ranks do not divide.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cocod_jax import config_validation
+from cocod_jax import results_schema
+from cocod_jax import schedules
+from cocod_jax import train
+from cocod_jax.cluster import ranks
+from tests import reference
+from tests import train_test
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MPIRUN = os.path.join(ROOT, 'launch', 'mpirun.sh')
+ALGOS = train_test.ALGOS + ('asynlocal_sgd',)
+# Per layout (workers per rank): the worker speeds and the devices per rank. Rank 0 holds the
+# first W workers. Under proportional sampling M_i = 5 C_i: at 2 x 2 the ranks hold 15 and 20
+# examples a step, at 2 x 4 25 and 35.
+LAYOUTS = {
+  1: ((1.0, 2.0), 1),
+  2: ((1.0, 2.0, 2.0, 2.0), 1),
+  4: ((1.0, 2.0, 1.0, 1.0, 2.0, 2.0, 1.0, 2.0), 2),
+}
+EPOCHS, BATCH = 3, 5
+# Period 2 (AsynLocal-SGD's k_i = 2 C_i makes its shards 10 C_i like everyone's); CoCoD-SGD's 3
+# puts a round across every epoch end (2 steps an epoch), which the resume case needs.
+PERIODS = {'cocod_sgd': 3}
+
+
+def _env():
+  env = dict(os.environ)
+  env.pop('XLA_FLAGS', None)
+  return env
+
+
+def _mpirun(*args, timeout=400):
+  cmd = [MPIRUN, *args]
+  return subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def _params(workdir):
+  with np.load(os.path.join(workdir, 'final_params.npz')) as f:
+    return {k: f[k] for k in f.files}
+
+
+def _exact_case(root, algorithm, width):
+  """(config, data, lr(t)) of the exactness case of `algorithm` on 2 ranks of `width` workers."""
+  root.mkdir()
+  speeds, devices = LAYOUTS[width]
+  ps = algorithm != 'asynlocal_sgd'
+  # Shards ~ M_i k_i: 10 examples per unit of speed either way (k_i = 2 C_i for AsynLocal-SGD).
+  n_train = int(10 * sum(speeds))
+  path, x, y = train_test._tiny_npz(root, n_train=n_train)
+  period = PERIODS.get(algorithm, 2)
+  c = train_test._config(path, algorithm, 2 * width, BATCH, EPOCHS, period, speeds=speeds, ps=ps)
+  lr = train_test._warmup(c)
+  c.backend = 'mpi'
+  c.mpi.devices = devices
+  c.timeline.sample_every = 1
+  c.checkpoint.every_epochs = 1  # Changes no number; the resume case continues one.
+  return c, (x, y), lr
+
+
+def _diverging_config(root):
+  root.mkdir()
+  path, x, y = train_test._tiny_npz(root, n_train=40)
+  x = x.copy()
+  x[30:40] *= 1e30  # Worker 3's shard: rank 1's second worker.
+  np.savez(path, x_train=x, y_train=y, x_test=x[:5], y_test=y[:5])
+  c = train_test._config(path, 'local_sgd', 4, 5, 3, 3)
+  c.backend = 'mpi'
+  return c
+
+
+@pytest.fixture(scope='module')
+def launch(tmp_path_factory):
+  """Runs every case in one `mpirun -np 2`; returns {name: (config, workdir, extra)}."""
+  root = tmp_path_factory.mktemp('ranks')
+  cases = {}
+  for width in LAYOUTS:
+    for algorithm in ALGOS:
+      c, data, lr = _exact_case(root / f'{algorithm}_{width}', algorithm, width)
+      cases[f'{algorithm}_2x{width}'] = (c, {'data': data, 'lr': lr})
+  c, _, _ = _exact_case(root / 'devices4', 'cocod_sgd', 4)
+  c.mpi.devices = 4
+  cases['cocod_sgd_2x4_on_4'] = (c, {})
+  resumed, _, _ = _exact_case(root / 'resumed', 'cocod_sgd', 2)
+  resumed.num_epochs = 2
+  cases['resumed'] = (resumed, {'then_epochs': EPOCHS})
+  cases['diverged'] = (_diverging_config(root / 'diverged'), {})
+  listed = []
+  for name, (c, extra) in cases.items():
+    config_validation.validate(c)
+    workdir = str(root / 'runs' / name)
+    extra['workdir'] = workdir
+    listed.append(dict(name=name, config=c.to_dict(), workdir=workdir,
+                       then_epochs=extra.get('then_epochs')))  # fmt: skip
+  (root / 'cases.json').write_text(json.dumps(listed))
+  p = _mpirun('-np', '2', sys.executable, 'tests/mpi_ranks.py', str(root / 'cases.json'))
+  assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+  return cases
+
+
+@pytest.mark.parametrize('width', sorted(LAYOUTS))
+@pytest.mark.parametrize('algorithm', ALGOS)
+def test_ranks_equal_one_host_and_reference(tmp_path, launch, algorithm, width):
+  c, extra = launch[f'{algorithm}_2x{width}']
+  got = _params(extra['workdir'])
+  # The one-host cluster of 2 W workers: the same sums (in another order when W > 1).
+  one = c.copy_and_resolve_references()
+  one.backend = 'one_host'
+  train.train_and_evaluate(one, str(tmp_path / 'one'))
+  tight = width == 1  # w_0 x_0 + w_1 x_1 either way.
+  for k, v in _params(tmp_path / 'one').items():
+    rtol, atol = (1e-6, 1e-7) if tight else (1e-5, 1e-6)
+    np.testing.assert_allclose(got[k], v, rtol=rtol, atol=atol, err_msg=k)
+  x, y = extra['data']
+  speeds = LAYOUTS[width][0]
+  sizes = schedules.batch_sizes(c)
+  shards = train_test._shards(x, y, [int(10 * s) for s in speeds])
+  lr = extra['lr']
+  expected = reference.run(
+    algorithm,
+    shards,
+    3,
+    EPOCHS * 2,
+    lambda t: lr(t, 2),
+    0.9,
+    1e-4,
+    c.algorithm.period,
+    sizes,
+    speeds=speeds,
+  )
+  np.testing.assert_allclose(got['params/Dense_0/kernel'], expected[0], rtol=2e-5, atol=2e-6)
+  np.testing.assert_allclose(got['params/Dense_0/bias'], expected[1], rtol=2e-5, atol=2e-6)
+
+
+def test_layout_and_timing_in_results(launch):
+  res = results_schema.load_results(os.path.join(launch['cocod_sgd_2x4'][1]['workdir'],
+                                                 'results.json'))  # fmt: skip
+  assert res['layout'] == {'processes': 2, 'workers_per_process': 4, 'devices_per_process': 2,
+                           'platform': 'cpu'}  # fmt: skip
+  assert res['batch_sizes'] == [5, 10, 5, 5, 10, 10, 5, 10]
+  tm = res['timing']
+  # 2 measured epochs of 2 steps in rounds of 3 (steps 3-5, waited for at the end of epoch 2):
+  # 1 snapshot average per rank, with its local mean (every round is timed here), both counted
+  # in the communication.
+  for rank in tm['ranks']:
+    assert rank['collectives'] == 1 and rank['local_means'] == 1
+    assert rank['Tl_s'] > 0 and rank['local_s'] > 0 and rank['comm_s'] > rank['local_s']
+    assert rank['exposed_comm_s'] >= rank['local_s']  # Nothing hides a local mean.
+  assert tm['Tl_s'] > 0 and 0 <= tm['hidden_fraction'] <= 1
+  trace = json.loads(open(os.path.join(launch['cocod_sgd_2x4'][1]['workdir'],
+                                       'timeline_rank1.json')).read())  # fmt: skip
+  lanes = {(e['name'], e.get('tid')) for e in trace['traceEvents'] if e['ph'] == 'X'}
+  assert {('step', 0), ('local_mean', 2), ('allreduce', 1), ('wait', 0)} <= lanes
+  ssgd = results_schema.load_results(os.path.join(launch['ssgd_2x2'][1]['workdir'],
+                                                  'results.json'))['timing']  # fmt: skip
+  assert ssgd['hidden_fraction'] == 0.0 and ssgd['Tl_s'] > 0  # Blocking: all exposed.
+
+
+def test_one_worker_per_device(launch):
+  two = _params(launch['cocod_sgd_2x4'][1]['workdir'])
+  four = _params(launch['cocod_sgd_2x4_on_4'][1]['workdir'])
+  for k in two:
+    np.testing.assert_allclose(four[k], two[k], rtol=1e-6, atol=1e-7, err_msg=k)
+
+
+def test_resume_at_two_by_two_is_exact(launch):
+  workdir = launch['resumed'][1]['workdir']
+  case = json.loads(open(os.path.join(workdir, 'case.json')).read())
+  assert case['resumed'] == [None, 4]  # Fresh, then from the checkpoint at the end of epoch 2.
+  with open(os.path.join(workdir, 'checkpoints', f'{4:010d}', 'rank_1.json')) as f:
+    part = json.load(f)
+  assert part['workers'] == [2, 3] and part['algo']['round_start'] == 3  # A round in flight.
+  straight, resumed = _params(launch['cocod_sgd_2x2'][1]['workdir']), _params(workdir)
+  assert straight.keys() == resumed.keys()
+  for k in straight:
+    np.testing.assert_array_equal(resumed[k], straight[k], err_msg=k)
+
+
+def test_divergence_names_the_global_worker(launch):
+  workdir = launch['diverged'][1]['workdir']
+  case = json.loads(open(os.path.join(workdir, 'case.json')).read())
+  assert case['diverged'].startswith('training diverged: worker(s) [3] had non-finite values')
+  res = json.loads(open(os.path.join(workdir, 'results.json')).read())
+  assert res['status'] == 'diverged' and res['diverged']['workers'] == [3]
+
+
+def test_different_device_counts_refused_on_every_rank(tmp_path):
+  # Rank 0 has 2 XLA CPU devices, rank 1 one: with mpi.devices=0 each takes what divides its 2
+  # workers, so the layouts differ; both ranks stop before loading data, naming both values.
+  base = [sys.executable, '-m', 'cocod_jax.main', '--config=configs/test.py',
+          f'--workdir={tmp_path}', '--config.backend=mpi', '--config.num_workers=4']  # fmt: skip
+  two = ['env', 'XLA_FLAGS=--xla_force_host_platform_device_count=2']
+  p = _mpirun('-np', '1', *two, *base, ':', '-np', '1', *base, timeout=120)
+  assert p.returncode == 2, p.stderr[-3000:]
+  for rank in (0, 1):
+    line = (
+      f'error: rank {rank}: the ranks hold different layouts: rank 0 holds 2 workers on 2 cpu '
+      'device(s), rank 1 holds 2 workers on 1 cpu device(s)'
+    )
+    assert line in p.stderr, p.stderr
+  assert 'Traceback' not in p.stderr and not os.listdir(tmp_path)
+
+
+def test_workers_per_rank():
+  assert ranks.workers_per_rank(16, 2) == 8 and ranks.workers_per_rank(2, 2) == 1
+  assert ranks.workers_per_rank(16, 2, requested=8) == 8
+  with pytest.raises(ValueError, match=r'num_workers=3 is invalid for this job of 2 MPI ranks'):
+    ranks.workers_per_rank(3, 2)
+  with pytest.raises(ValueError, match=r'num_workers=16 need 2 MPI ranks, and this job has 4'):
+    ranks.workers_per_rank(16, 4, requested=8)
+  c = train_test.test_config.get_config()
+  c.mpi.devices = -1
+  c.mpi.workers_per_rank = 3  # num_workers is 2.
+  assert config_validation.errors(c) == [
+    'mpi.devices=-1 is invalid; allowed: an integer >= 0',
+    'mpi.workers_per_rank=3 is invalid for num_workers=2; allowed: 0 (num_workers / the MPI '
+    'ranks) or a divisor of 2',
+  ]
