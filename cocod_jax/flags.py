@@ -68,7 +68,7 @@ def define_experiment_flags() -> None:
   """The flags of the per-artefact entry points (`cocod_jax.experiments.<name>`)."""
   _define_runner_flags('runs/paper', 'Where the points and the artefacts go.')
   flags.DEFINE_enum('scale', 'cpu', list(SCALES), 'configs/scales.py.')
-  flags.DEFINE_integer('seeds', 1, 'Seeds per cell.')
+  flags.DEFINE_integer('seeds', 0, 'Seeds per cell; 0: the registered ones (configs/scales.py).')
   flags.DEFINE_string('data_dir', '', 'TFDS data dir for CIFAR (paper scale).')
 
 

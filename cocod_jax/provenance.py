@@ -34,3 +34,12 @@ def dirty() -> bool | None:
   if p is None or p.returncode != 0:
     return None
   return bool(p.stdout.strip())
+
+
+def command() -> str:
+  """The command line of this process, as `python -m module args` when run as a module."""
+  import sys  # pylint: disable=g-import-not-at-top
+
+  spec = getattr(sys.modules.get('__main__'), '__spec__', None)
+  head = f'python -m {spec.name}' if spec is not None else f'python {sys.argv[0]}'
+  return ' '.join([head, *sys.argv[1:]])

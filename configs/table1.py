@@ -37,9 +37,11 @@ def get_config(arg=None):
 
 
 def points(scale, seeds):
-  """(algo, task, seed) of every cell of the table at `scale` (smoke: 2 algorithms, 1 task)."""
+  """(algo, task, seed) of every run of the table at `scale` (smoke: 2 algorithms, 1 task);
+  `seeds` per cell, 0: the registered number (scales.registered_seeds)."""
   algos, tasks = (ALGOS[::3], ('c10_r18',)) if scale == 'smoke' else (ALGOS, tuple(scales.TASKS))
-  return [(algo, task, seed) for task in tasks for algo in algos for seed in range(seeds)]
+  return [(algo, task, seed) for task in tasks for algo in algos
+          for seed in range(seeds or scales.registered_seeds(1, task, scale))]  # fmt: skip
 
 
 def sweep(add, arg=None):

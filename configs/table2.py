@@ -42,10 +42,12 @@ def get_config(arg=None):
 
 
 def points(scale, seeds):
-  """(algo, task, seed) of every cell at `scale` (smoke: S-SGD and CoCoD-SGD+PS, 1 task)."""
+  """(algo, task, seed) of every run at `scale` (smoke: S-SGD and CoCoD-SGD+PS, 1 task); `seeds`
+  per cell, 0: the registered number (scales.registered_seeds)."""
   algos = ('ssgd', 'cocod_sgd+ps') if scale == 'smoke' else ALGOS
   tasks = ('c10_r18',) if scale == 'smoke' else tuple(scales.TASKS)
-  return [(algo, task, seed) for task in tasks for algo in algos for seed in range(seeds)]
+  return [(algo, task, seed) for task in tasks for algo in algos
+          for seed in range(seeds or scales.registered_seeds(2, task, scale))]  # fmt: skip
 
 
 def sweep(add, arg=None):

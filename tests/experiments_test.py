@@ -6,11 +6,14 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from cocod_jax import flags as cocod_flags
 from cocod_jax import timeline
+from cocod_jax.experiments import accuracy
 from cocod_jax.experiments import common
+from cocod_jax.experiments import correctness
 from configs import scales
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -40,6 +43,14 @@ def test_every_artefact_at_smoke_scale(tmp_path):
   assert table['scale'] == 'smoke' and table['commit'] and table['points']
   assert {c['algo'] for c in table['cells']} == {'ssgd', 'cocod_sgd'}
   assert all(c['n'] == 1 and 0 < c['mean'] <= 100 for c in table['cells'])
+  assert table['dirty'] in (True, False) and 'experiments.paper' in table['command']
+  # Every run's per-example correctness is in the artefact and scores its reported accuracy.
+  with np.load(tmp_path / 'table1_correct.npz') as f:
+    bits = correctness.unpack(f)
+  for c in table['cells']:
+    scored = 100.0 * bits[f'{c["algo"]}.{c["task"]}'].mean(axis=1)
+    np.testing.assert_allclose(scored, c['final'], atol=1e-3)
+  assert table['checks'][0]['paired_by'] == 'seed and test example'
   fig4 = json.loads((tmp_path / 'fig4.json').read_text())
   assert {(r['algo'], r['workers']) for r in fig4['rows']} == {
     ('ssgd', 1), ('ssgd', 2), ('cocod_sgd', 1), ('cocod_sgd', 2)
@@ -74,55 +85,72 @@ def flags_parsed():
   common.FLAGS.unparse_flags()
 
 
-def test_accuracy_table_golden(flags_parsed, monkeypatch):
-  monkeypatch.setattr(common, 'provenance', lambda points, backend: {'backend': backend})
-  points = [
-    _point('ssgd', 'c10_r18', 90.0), _point('ssgd', 'c10_r18', 91.0, seed=1),
-    _point('cocod_sgd', 'c10_r18', 90.2), _point('cocod_sgd', 'c10_r18', 90.6, seed=1),
-    _point('ssgd', 'c100_r18', 60.0), _point('cocod_sgd', 'c100_r18', 58.0),
-  ]  # fmt: skip
-  text, data = common.accuracy_table('Table 1: golden', points, ('ssgd', 'cocod_sgd'),
-                                     ('c10_r18', 'c100_r18'), common.published.TABLE1,
-                                     scales.task_title, 'one_host')  # fmt: skip
+def test_accuracy_table_golden(flags_parsed):
+  finals = {  # (algo, task) -> final accuracy per seed 0, 1, 2.
+    ('ssgd', 'c10_r18'): (90.0, 91.0, 90.5), ('cocod_sgd', 'c10_r18'): (90.2, 90.6, 90.4),
+    ('local_sgd', 'c10_r18'): (90.0, 91.1, 90.4),
+    ('ssgd', 'c100_r18'): (60.0, 60.2, 59.8), ('cocod_sgd', 'c100_r18'): (58.0, 58.1, 57.9),
+    ('local_sgd', 'c100_r18'): (60.0,),
+  }  # fmt: skip
+  points = [_point(a, t, v, seed=s) for (a, t), vs in finals.items() for s, v in enumerate(vs)]
+  text, data, arrays = accuracy.accuracy_table(
+    'Table 1: golden', points, ('ssgd', 'local_sgd', 'cocod_sgd'), ('c10_r18', 'c100_r18'),
+    common.published.TABLE1, scales.task_title, 'cpu', correct_of=lambda p: None,
+  )  # fmt: skip
   path = os.path.join(GOLDEN, 'table.md')
   if os.environ.get('UPDATE_GOLDEN'):
     with open(path, 'w') as f:
       f.write(text)
   with open(path) as f:
     assert text == f.read()
-  # The golden file is the renderer's own output; the cells it must hold are worked out here
-  # from the points: mean ± sample std (seeds) / the paper's number / n/a at this scale.
-  papers = {(a, t): common.published.accuracy(common.published.TABLE1, a, t)
-            for a in ('ssgd', 'cocod_sgd') for t in ('c10_r18', 'c100_r18')}  # fmt: skip
-  assert f'| S-SGD | 90.50 ± 0.71 (2) / {papers["ssgd", "c10_r18"]:.2f} / n/a ' in text
-  assert f'| 60.00 (1) / {papers["ssgd", "c100_r18"]:.2f} / n/a |' in text
-  assert f'| CoCoD-SGD | 90.40 ± 0.28 (2) / {papers["cocod_sgd", "c10_r18"]:.2f} / n/a ' in text
-  assert f'| 58.00 (1) / {papers["cocod_sgd", "c100_r18"]:.2f} / n/a |' in text
-  assert papers['ssgd', 'c10_r18'] == 94.00 and papers['cocod_sgd', 'c10_r18'] == 94.41
-  checks = {(c['algo'], c['task']): c['verdict'] for c in data['checks']}
-  # CIFAR-10 column: 90.4 against 90.5, spreads 0.28 and 0.71 over 2 seeds: gap -0.1 with a band
-  # of 2 * sqrt(0.2^2 + 0.5^2) = 1.08 straddles -0.5: inconclusive.
-  assert checks[('cocod_sgd', 'c10_r18')] == 'inconclusive (± 1.08)'
-  assert checks[('cocod_sgd', 'c100_r18')] == 'fail (1 seed, no error estimate)'
+  assert arrays == {}  # No final models: nothing per example.
+  # The golden file is the renderer's own output; what it must hold is worked out here by hand.
+  paper = common.published.accuracy(common.published.TABLE1, 'ssgd', 'c10_r18')
+  assert f'| S-SGD | 90.50 ± 0.50 (3); best 90.50 / {paper:.2f} |' in text
+  checks = {(c['algo'], c['task']): c for c in data['checks']}
+  # CoCoD-SGD, CIFAR-10 column: differences +0.2, -0.4, -0.1: mean -0.1, sd 0.3, se 0.3 / sqrt 3
+  # = 0.1732, t(0.95, 2 df) = 2.9200: [-0.606, +0.406] crosses -0.5: inconclusive.
+  c = checks['cocod_sgd', 'c10_r18']
+  assert (c['verdict'], c['paired_by'], c['seeds']) == ('inconclusive', 'seed', 3)
+  assert (c['lo'], c['hi']) == (pytest.approx(-0.6058, abs=1e-3), pytest.approx(0.4058, abs=1e-3))
+  assert '| CoCoD-SGD | mnist1d_large - cnn1d (for CIFAR10 - ResNet18) | 3 | -0.10 ' in text
+  # Local-SGD: 0.0, +0.1, -0.1: sd 0.1, half-width 2.92 * 0.0577 = 0.169: equivalent.
+  assert checks['local_sgd', 'c10_r18']['verdict'] == 'equivalent'
+  # CoCoD-SGD, CIFAR-100: -2.0, -2.1, -1.9: [-2.17, -1.83], below -0.5: worse.
+  assert checks['cocod_sgd', 'c100_r18']['verdict'] == 'worse'
+  # One pair: no spread between seeds, nothing can be concluded.
+  assert checks['local_sgd', 'c100_r18']['verdict'] == 'inconclusive'
+  assert checks['local_sgd', 'c100_r18']['seeds'] == 1
 
 
-def test_parity_rules():
-  cell = lambda values: common.summary(values)
-  # Two seeds each, spread 0.07: band 2 * sqrt(0.05^2 + 0.05^2) = 0.14 around the gap.
-  assert common.parity(cell([90.0, 90.1]), cell([90.2, 90.3]))[0] == 'pass (± 0.14)'
-  assert common.parity(cell([89.0, 89.1]), cell([90.2, 90.3]))[0] == 'fail (± 0.14)'
-  assert common.parity(cell([]), cell([90.0]))[0] == 'inconclusive (no result)'
-  assert common.parity(cell([95.0]), cell([90.0])) == ('pass (1 seed, no error estimate)', 5.0)
-  # One seed on 297 test examples (the digits stand-in): 97% and 99% are 0.99 and 0.58 points
-  # of binomial error, band 2 * 1.146 = 2.29: a 2-point gap cannot be told from parity ...
-  tested = lambda acc: common.summary([acc], test_examples=297)
-  assert common.parity(tested(97.0), tested(99.0))[0] == 'inconclusive (± 2.29)'
-  # ... but a 15-point gap can (the band there is 2 * sqrt(2.13^2 + 0.58^2) = 4.41).
-  assert common.parity(tested(84.0), tested(99.0))[0] == 'fail (± 4.41)'
-  # 98.8% and 99% on 10000 examples (CIFAR's test set): 0.109 and 0.0995 points of binomial
-  # error, band 2 * 0.147 = 0.29.
-  big = lambda acc: common.summary([acc], test_examples=10000)
-  assert common.parity(big(98.8), big(99.0))[0] == 'pass (± 0.29)'
+def test_accuracy_table_pairs_by_example(flags_parsed):
+  # With every run's correctness given, the pairs are by seed and example: the arrays come back
+  # for the artefact and the difference is the mean of the per-example differences.
+  rng = np.random.default_rng(0)
+  ref = {s: (rng.random(400) < 0.9).astype(np.uint8) for s in range(3)}
+  alg = {s: r.copy() for s, r in ref.items()}
+  for s in alg:
+    alg[s][:8] = 0  # 8 of 400 examples lost: at most -2 points per seed.
+  correct = {('ssgd', s): ref[s] for s in ref} | {('cocod_sgd', s): alg[s] for s in alg}
+  points = [_point(a, 'c10_r18', 100.0 * c.mean(), seed=s) for (a, s), c in correct.items()]
+  _, data, arrays = accuracy.accuracy_table(
+    'T', points, ('ssgd', 'cocod_sgd'), ('c10_r18',), common.published.TABLE1,
+    scales.task_title, 'cpu', correct_of=lambda p: correct[p.arg['algo'], int(p.arg['seed'])],
+  )  # fmt: skip
+  check = data['checks'][0]
+  expected = np.mean([100.0 * (alg[s].mean() - ref[s].mean()) for s in ref])
+  assert check['paired_by'] == 'seed and test example' and check['test_examples'] == 400
+  assert check['difference'] == pytest.approx(expected)
+  assert sorted(arrays) == ['cocod_sgd.c10_r18', 'ssgd.c10_r18']
+  packed = correctness.pack(arrays)
+  unpacked = correctness.unpack(_Npz(packed))
+  np.testing.assert_array_equal(unpacked['ssgd.c10_r18'], np.stack([ref[s] for s in range(3)]))
+
+
+class _Npz(dict):
+  @property
+  def files(self):
+    return list(self)
 
 
 def test_speedup_model_by_hand():

@@ -10,7 +10,6 @@ the averaged model over the epochs, as the paper's "final best test accuracy".
 """
 
 import dataclasses
-import math
 import os
 import platform
 import socket
@@ -26,10 +25,11 @@ from cocod_jax import provenance as provenance_lib
 from cocod_jax import sweep
 from cocod_jax import timeline
 from cocod_jax.experiments import published
+from cocod_jax.experiments import stats
 
 FLAGS = cocod_flags.FLAGS  # cocod_flags.define_experiment_flags() defines what is read here.
 
-MARGIN = 0.5  # Accuracy points: the paper's parity claim, within half a point of S-SGD.
+MARGIN = stats.MARGIN  # Accuracy points: the paper's parity claim, within half a point of S-SGD.
 COLORS = {
   'ssgd': '#1f77b4',
   'pipe_sgd': '#ff7f0e',
@@ -113,144 +113,28 @@ def write(name: str, text: str | None = None, data: Any = None):
       files.write_json_atomic(path, content)
 
 
+def write_npz(name: str, arrays: dict):
+  """Writes `name`.npz (compressed) into --workdir, atomically."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  os.makedirs(FLAGS.workdir, exist_ok=True)
+  path = os.path.join(FLAGS.workdir, name + '.npz')
+  np.savez_compressed(path + '.tmp.npz', **arrays)
+  os.replace(path + '.tmp.npz', path)
+
+
 def provenance(points: list[Point], backend: str) -> dict:
   return {
     'scale': FLAGS.scale,
     'commit': provenance_lib.commit(),
+    'dirty': provenance_lib.dirty(),
+    'command': provenance_lib.command(),
     'hardware': hardware(),
     'backend': backend,
     'points': [
       {'arg': p.arg, 'dir': p.directory, 'hash': p.hash, 'state': p.state} for p in points
     ],
   }
-
-
-# --------------------------------------------------------------------------- accuracy tables
-
-
-def summary(values: list[float], test_examples: int | None = None) -> dict:
-  """Mean and spread of a cell's best accuracies (in points) over its seeds, and `se`: the
-  standard error of that mean, from the spread over seeds (n > 1) and the binomial sampling
-  error of an accuracy measured on `test_examples` examples (when known). None when neither
-  is known (one seed of an old result)."""
-  n = len(values)
-  mean = statistics.mean(values) if n else None
-  std = statistics.stdev(values) if n > 1 else None
-  var = []
-  if std is not None:
-    var.append(std**2 / n)
-  if n and test_examples:
-    p = min(max(mean / 100.0, 0.0), 1.0)
-    var.append(1e4 * p * (1.0 - p) / test_examples)
-  return {
-    'values': values,
-    'n': n,
-    'mean': mean,
-    'std': std,
-    'test_examples': test_examples,
-    'se': math.sqrt(sum(var)) if var else None,
-  }
-
-
-def cells(points: list[Point], algos, tasks) -> dict:
-  """{(algo, task): summary of the best accuracies over the seeds of the finished points}."""
-  out = {}
-  for algo in algos:
-    for task in tasks:
-      done = [
-        p for p in points if p.arg['algo'] == algo and p.arg['task'] == task and p.best is not None
-      ]
-      sizes = [p.results.get('test_examples') for p in done]
-      out[(algo, task)] = summary(
-        [p.best for p in done], min(sizes) if sizes and all(sizes) else None
-      )
-  return out
-
-
-def parity(cell: dict, base: dict) -> tuple[str, float | None]:
-  """The paper's claim that an algorithm does not lose accuracy against S-SGD (not more than
-  MARGIN below it), judged on the gap d between the means with its noise band d ± 2 se
-  (se from both cells' `se`): pass when the whole band is above -MARGIN, fail when the whole
-  band is below it, inconclusive when the band straddles it (the seeds or the test set are too
-  few to tell). The binomial part treats the two cells' test errors as independent, which
-  overstates the noise of two models on one test set: the verdict leans to inconclusive, never
-  to a pass or fail the data cannot carry. With no noise estimate at all (one seed, test-set
-  size unknown) the verdict rests on the means alone and says so. Issue 21 replaces this rule
-  with paired equivalence tests (two one-sided tests, experiments/stats.py)."""
-  if not cell['n'] or not base['n']:
-    return 'inconclusive (no result)', None
-  diff = cell['mean'] - base['mean']
-  errors = [c.get('se') for c in (cell, base)]
-  if any(e is None for e in errors):
-    return ('pass' if diff >= -MARGIN else 'fail') + ' (1 seed, no error estimate)', diff
-  band = 2.0 * math.sqrt(sum(e**2 for e in errors))
-  if diff - band >= -MARGIN:
-    verdict = 'pass'
-  elif diff + band < -MARGIN:
-    verdict = 'fail'
-  else:
-    verdict = 'inconclusive'
-  return f'{verdict} (± {band:.2f})', diff
-
-
-def _cell_text(cell, paper, scale):
-  if not cell['n']:
-    return f'- / {paper:.2f}'
-  ours = f'{cell["mean"]:.2f}' + (f' ± {cell["std"]:.2f}' if cell['std'] is not None else '')
-  diff = f'{cell["mean"] - paper:+.2f}' if scale == 'paper' else 'n/a'
-  return f'{ours} ({cell["n"]}) / {paper:.2f} / {diff}'
-
-
-def accuracy_table(title, points, algos, tasks, paper_table, task_title, backend) -> tuple:
-  """(Markdown, JSON) of an accuracy table: ours mean ± std (n) / paper / difference, and the
-  parity checks against S-SGD."""
-  scale = FLAGS.scale
-  grid = cells(points, algos, tasks)
-  lines = [
-    f'# {title} ({scale} scale)',
-    '',
-    'Each cell: ours, best test accuracy in %, mean ± std (seeds) / the paper / ours - paper'
-    + (
-      ''
-      if scale == 'paper'
-      else " (n/a: the stand-in tasks differ from the paper's; compare "
-      'the relations between rows, not the numbers)'
-    )
-    + '.',
-    '',
-    '| algorithm | ' + ' | '.join(task_title(t, scale) for t in tasks) + ' |',
-    '|---|' + '---|' * len(tasks),
-  ]
-  for algo in algos:
-    row = [
-      _cell_text(grid[(algo, t)], published.accuracy(paper_table, algo, t), scale) for t in tasks
-    ]
-    lines.append(f'| {published.NAMES[algo]} | ' + ' | '.join(row) + ' |')
-  lines += [
-    '',
-    f'Parity with S-SGD (not more than {MARGIN} points below it), the gap with its noise band '
-    '(± 2 standard errors from the spread over seeds and the size of the test set): pass when '
-    'the band lies above the margin, fail when below, inconclusive when it straddles it:',
-    '',
-  ]
-  checks = []
-  for algo in algos[1:]:
-    for t in tasks:
-      verdict, diff = parity(grid[(algo, t)], grid[(algos[0], t)])
-      shown = '-' if diff is None else f'{diff:+.2f}'
-      lines.append(f'- {published.NAMES[algo]}, {task_title(t, scale)}: {shown} points: {verdict}')
-      checks.append({'algo': algo, 'task': t, 'diff': diff, 'verdict': verdict})
-  data = {
-    'artefact': title,
-    'cells': [
-      dict(algo=a, task=t, paper=published.accuracy(paper_table, a, t), **grid[(a, t)])
-      for a in algos
-      for t in tasks
-    ],
-    'checks': checks,
-    **provenance(points, backend),
-  }
-  return '\n'.join(lines) + '\n', data
 
 
 # --------------------------------------------------------------------------- figures
