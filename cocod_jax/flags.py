@@ -42,8 +42,8 @@ def _define_runner_flags(workdir_default: str | None, workdir_help: str) -> None
   flags.DEFINE_string(
     'link_rate',
     '',
-    'Run MPI points on the simulated link at this rate (launch/simnet.sh, e.g. 1gbit; needs '
-    'root); empty: the real network.',
+    'Run MPI points on the simulated link RATE[/BURST[/MTU]] (launch/simnet.sh, e.g. 1gbit or '
+    '50mbit/8kb/8000 for messages of a few kB; needs root); empty: the real network.',
   )
 
 

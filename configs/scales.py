@@ -118,12 +118,12 @@ def parse_cell(arg, algos, default_algo: str):
 
 
 def sweep_cells(add, arg, points):
-  """The sweep of a table's experiment file: `points(scale, seeds)` gives (algo, task, seed) of
-  each cell; the argument takes `scale`, `seeds` (0: the registered seeds) and `timing`."""
+  """The sweep of a table's experiment file: `points(scale, seeds, timing)` gives (algo, task,
+  seed) of each run; the argument takes `scale`, `seeds` (0: the registered seeds) and `timing`."""
   a = config_args.parse(arg, dict(scale='cpu', seeds=0, timing=False))
   if a.seeds < 0:
     raise errors.UsageError(f'seeds={a.seeds} is invalid; allowed: 0 (the registered ones) or more')
   config_args.choice('scale', a.scale, SCALES)
   timing = ',timing=true' if a.timing else ''
-  for algo, task, seed in points(a.scale, a.seeds):
+  for algo, task, seed in points(a.scale, a.seeds, a.timing):
     add(config_arg=f'algo={algo},task={task},scale={a.scale},seed={seed}{timing}')

@@ -36,9 +36,11 @@ def get_config(arg=None):
   return scales.timed(c, a.scale) if a.timing else c
 
 
-def points(scale, seeds):
+def points(scale, seeds, timing=False):
   """(algo, task, seed) of every run of the table at `scale` (smoke: 2 algorithms, 1 task);
-  `seeds` per cell, 0: the registered number (scales.registered_seeds)."""
+  `seeds` per cell, 0: the registered number (scales.registered_seeds). The timing runs
+  (`timing`) are the same cells."""
+  del timing
   algos, tasks = (ALGOS[::3], ('c10_r18',)) if scale == 'smoke' else (ALGOS, tuple(scales.TASKS))
   return [(algo, task, seed) for task in tasks for algo in algos
           for seed in range(seeds or scales.registered_seeds(1, task, scale))]  # fmt: skip

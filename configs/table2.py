@@ -24,6 +24,10 @@ from configs import common
 from configs import scales
 
 ALGOS = ('ssgd', 'ssgd+ps', 'pipe_sgd', 'pipe_sgd+ps', 'asynlocal_sgd', 'cocod_sgd+ps')
+# Figure 6's timing runs at the cpu scale (one at a time on 2 cores): the rows without the
+# Pipe-SGD pair, on the two CNN columns.
+CPU_TIMED_ALGOS = ('ssgd', 'ssgd+ps', 'asynlocal_sgd', 'cocod_sgd+ps')
+CPU_TIMED_TASKS = ('c10_r18', 'c100_r18')
 
 
 def get_config(arg=None):
@@ -41,11 +45,13 @@ def get_config(arg=None):
   return c
 
 
-def points(scale, seeds):
+def points(scale, seeds, timing=False):
   """(algo, task, seed) of every run at `scale` (smoke: S-SGD and CoCoD-SGD+PS, 1 task); `seeds`
   per cell, 0: the registered number (scales.registered_seeds)."""
   algos = ('ssgd', 'cocod_sgd+ps') if scale == 'smoke' else ALGOS
   tasks = ('c10_r18',) if scale == 'smoke' else tuple(scales.TASKS)
+  if timing and scale == 'cpu':  # Figure 6 on 2 cores: registered in PREREGISTRATION.md.
+    algos, tasks = CPU_TIMED_ALGOS, CPU_TIMED_TASKS
   return [(algo, task, seed) for task in tasks for algo in algos
           for seed in range(seeds or scales.registered_seeds(2, task, scale))]  # fmt: skip
 

@@ -51,6 +51,10 @@ def test_every_artefact_at_smoke_scale(tmp_path):
     scored = 100.0 * bits[f'{c["algo"]}.{c["task"]}'].mean(axis=1)
     np.testing.assert_allclose(scored, c['final'], atol=1e-3)
   assert table['checks'][0]['paired_by'] == 'seed and test example'
+  # Figure 3 times every run to Table 1's registered target: S-SGD's mean final - 0.5 point.
+  fig3 = json.loads((tmp_path / 'fig3.json').read_text())
+  target = next(c['mean'] for c in table['cells'] if c['algo'] == 'ssgd') - 0.5
+  assert fig3['rows'] and all(r['target'] == pytest.approx(target) for r in fig3['rows'])
   fig4 = json.loads((tmp_path / 'fig4.json').read_text())
   assert {(r['algo'], r['workers']) for r in fig4['rows']} == {
     ('ssgd', 1), ('ssgd', 2), ('cocod_sgd', 1), ('cocod_sgd', 2)
@@ -151,6 +155,26 @@ class _Npz(dict):
   @property
   def files(self):
     return list(self)
+
+
+def test_time_to_registered_target():
+  table = {'cells': [{'algo': 'ssgd', 'task': 'c10_r18', 'mean': 90.0},
+                     {'algo': 'cocod_sgd', 'task': 'c10_r18', 'mean': 95.0},
+                     {'algo': 'ssgd', 'task': 'c100_r18', 'mean': None}]}  # fmt: skip
+  assert common.targets_from(table) == {'c10_r18': 89.5}  # S-SGD's mean - 0.5, nothing else.
+  results = {'epochs': [{'test_accuracy': a, 'train_time_s': t}
+                        for a, t in ((0.80, 1.0), (0.895, 2.5), (0.85, 4.0))]}  # fmt: skip
+  assert common.time_to_target(results, 89.5) == 2.5  # The first epoch at or above it.
+  assert common.time_to_target(results, 89.6) is None  # Never reached: no time.
+
+
+def test_simnet_args_of_a_link():
+  from cocod_jax.sweep import points as points_lib  # pylint: disable=g-import-not-at-top
+
+  assert points_lib.simnet_args('1gbit') == ['launch/simnet.sh', '--rate', '1gbit', '--']
+  assert points_lib.simnet_args('50mbit/8kb/8000') == [
+    'launch/simnet.sh', '--rate', '50mbit', '--burst', '8kb', '--mtu', '8000', '--'
+  ]  # fmt: skip
 
 
 def test_speedup_model_by_hand():

@@ -9,10 +9,13 @@ run (a dry run, a Slurm submission) renders nothing and returns 0.
 """
 
 import functools
+import json
+import os
 import sys
 
 from absl import app
 
+from cocod_jax import errors
 from cocod_jax import flags as cocod_flags
 from cocod_jax.experiments import accuracy
 from cocod_jax.experiments import common
@@ -126,27 +129,34 @@ def loss_figure(number: int) -> int:
 
 
 def time_figure(number: int) -> int:
-  """Figures 3 and 6: accuracy against measured training time (MPI, timing runs)."""
+  """Figures 3 and 6: accuracy against measured training time (MPI, timing runs, seed 0), and
+  the time to each task's registered target, read from table1.json (table2.json) in --workdir."""
   table_number, exp = (1, table1) if number == 3 else (2, table2)
-  arg = f'scale={FLAGS.scale},seeds={FLAGS.seeds},timing=true'
+  table_path = os.path.join(FLAGS.workdir, f'table{table_number}.json')
+  if not FLAGS.dry_run and FLAGS.launcher != 'slurm':
+    if not os.path.exists(table_path):
+      errors.fail(
+        f'{table_path} is missing: Figure {number} times each task to a target taken from '
+        f'Table {table_number} (docs/paper-cpu/PREREGISTRATION.md); run '
+        f'`python -m cocod_jax.experiments.table{table_number} --scale={FLAGS.scale} '
+        f'--workdir={FLAGS.workdir}` first'
+      )
+  arg = f'scale={FLAGS.scale},seeds={FLAGS.seeds or 1},timing=true'
   points = common.run(exp, arg, timing=True)
   if points is None:  # A dry run or a Slurm submission: the runner said what it would do.
     return 0
+  with open(table_path) as f:
+    targets = common.targets_from(json.load(f))
   setting = 'homogeneous' if number == 3 else 'heterogeneous'
   link = FLAGS.link_rate or 'no simulated link'
   title = (
     f'Figure {number}: test accuracy against training time, {setting}, {FLAGS.scale} '
-    f'scale, MPI ({_workers(points)} ranks), {link}'
+    f'scale, MPI ({_workers(points)} workers), {link}'
   )
   text, data = common.time_to_accuracy(
-    points,
-    _algos(points, exp.ALGOS),
-    _tasks(points),
-    setting,
-    scales.task_title,
-    f'fig{number}',
-    title,
-  )
+    points, _algos(points, exp.ALGOS), _tasks(points), setting, scales.task_title,
+    f'fig{number}', title, targets, link,
+  )  # fmt: skip
   print(text)
   common.write(f'fig{number}', text, {**data, **common.provenance(points, 'mpi')})
   return _finished(points)

@@ -196,93 +196,114 @@ def curves(points, algos, tasks, task_title, x_key, y_key, y_scale, title, name,
   return save_figure(fig, name)
 
 
-def time_to_accuracy(points, algos, tasks, setting: str, task_title, name: str, title: str):
-  """Figures 3/6: accuracy against cumulative training time, and per algorithm: its best
-  accuracy, its time to first reach the accuracy that every run of the task reached (the lowest
-  best accuracy - MARGIN) and that time's speedup over S-SGD beside the paper's, its time per
-  epoch and that speedup, the measured r and hidden fraction. Returns (Markdown, JSON)."""
+def targets_from(table: dict, reference: str = 'ssgd') -> dict:
+  """The registered target of each task (docs/paper-cpu/PREREGISTRATION.md): the mean final
+  accuracy of `reference`'s runs in the accuracy table's JSON, minus MARGIN; {task: %}."""
+  return {
+    c['task']: c['mean'] - MARGIN
+    for c in table['cells']
+    if c['algo'] == reference and c.get('mean') is not None
+  }
+
+
+def time_to_target(results: dict, target: float) -> float | None:
+  """Training time (evaluation excluded) at the end of the first epoch whose test accuracy
+  reaches `target` (%); None when no epoch does."""
+  for e in results['epochs']:
+    if 100.0 * e['test_accuracy'] >= target:
+      return e['train_time_s']
+  return None
+
+
+def time_to_accuracy(points, algos, tasks, setting, task_title, name, title, targets, link):
+  """Figures 3/6: accuracy against training time; per algorithm its time to the registered
+  target of the task (`targets`, from the accuracy table) and that time's speedup over S-SGD
+  beside the paper's and beside the Section 4.2 model at the S-SGD run's Tp and Tc, its time per
+  epoch, r and hidden fraction. Returns (Markdown, JSON)."""
   curves(
-    points,
-    algos,
-    tasks,
-    task_title,
-    'train_time_s',
-    'test_accuracy',
-    100.0,
-    title,
-    name,
-    'test accuracy (%)',
-    'training time (s), evaluation excluded',
-  )
+    points, algos, tasks, task_title, 'train_time_s', 'test_accuracy', 100.0, title, name,
+    'test accuracy (%)', 'training time (s), evaluation excluded',
+  )  # fmt: skip
   lines = [
     f'# {title}',
     '',
     f'![{name}]({name}.png)',
     '',
-    'Target: the accuracy every run of the task reached (the lowest best accuracy - '
-    f'{MARGIN} points), so every algorithm has a time; the time per epoch (epochs after the '
-    'first) compares throughput alone. r = Tc / Tp as each run measured it (a background '
-    "allreduce shares the cores with the steps, so CoCoD-SGD's Tc reads longer than S-SGD's).",
+    "Target of a task (registered before the runs): S-SGD's mean final accuracy over the "
+    f"accuracy table's seeds - {MARGIN} point. Time to target: training time (evaluation "
+    'excluded) at the end of the first epoch at or above it; "not reached" when no epoch is. '
+    "Model: Section 4.2's time per step at the S-SGD run's Tp and Tc (its r) and the period. "
+    f'Link: {link}. One run (seed 0) per algorithm and task.',
     '',
-    '| task | algorithm | best % | target % | time to target (s) | speedup over S-SGD | paper '
-    '| s / epoch | epoch speedup | r | hidden |',
-    '|---|---|---|---|---|---|---|---|---|---|---|',
+    '| task | algorithm | final % | target % | time to target (s) | speedup over S-SGD | model '
+    '| paper | s / epoch | epoch speedup | r | hidden |',
+    '|---|---|---|---|---|---|---|---|---|---|---|---|',
   ]
   rows = []
   fmt = lambda v, f: '-' if v is None else f.format(v)
   for task in tasks:
     done = [p for p in points if p.arg['task'] == task and p.results]
-    for row in _time_rows(done, algos, task, setting):
+    for row in _time_rows(done, algos, task, setting, targets.get(task)):
       rows.append(row)
+      reached = fmt(row['time_s'], '{:.1f}') if row['final'] is not None else '-'
+      if row['final'] is not None and row['time_s'] is None:
+        reached = 'not reached'
       lines.append(
         f'| {task_title(task, FLAGS.scale)} | {published.NAMES[row["algo"]]} '
-        f'| {fmt(row["best"], "{:.2f}")} | {row["target"]:.2f} | {fmt(row["time_s"], "{:.1f}")} '
-        f'| {fmt(row["speedup"], "{:.2f}x")} | {fmt(row["paper"], "{:.1f}x")} '
-        f'| {fmt(row["epoch_s"], "{:.3f}")} | {fmt(row["epoch_speedup"], "{:.2f}x")} '
-        f'| {fmt(row["r"], "{:.2f}")} | {fmt(row["hidden"], "{:.0%}")} |'
+        f'| {fmt(row["final"], "{:.2f}")} | {fmt(row["target"], "{:.2f}")} | {reached} '
+        f'| {fmt(row["speedup"], "{:.2f}x")} | {fmt(row["model"], "{:.2f}x")} '
+        f'| {fmt(row["paper"], "{:.1f}x")} | {fmt(row["epoch_s"], "{:.3f}")} '
+        f'| {fmt(row["epoch_speedup"], "{:.2f}x")} | {fmt(row["r"], "{:.2f}")} '
+        f'| {fmt(row["hidden"], "{:.0%}")} |'
       )
-  return '\n'.join(lines) + '\n', {'rows': rows, 'target_margin': MARGIN}
+  return '\n'.join(lines) + '\n', {'rows': rows, 'target_margin': MARGIN, 'link': link}
 
 
-def _time_rows(done, algos, task, setting) -> list[dict]:
-  """One row per algorithm of a task's finished points: its mean best accuracy, the mean time to
-  first reach the target (the lowest best accuracy of all - MARGIN), the speedup over the first
-  algorithm (S-SGD), the paper's, the mean time per epoch and its speedup, and the measured r and
-  hidden fraction."""
-  if not done:
-    return []
-  target = min(p.best for p in done) - MARGIN
-  times, epochs, bests = {}, {}, {}
-  for algo in algos:
-    reached = []
-    for p in done:
-      if p.arg['algo'] == algo:
-        hit = [e['train_time_s'] for e in p.results['epochs'] if 100 * e['test_accuracy'] >= target]
-        reached.append(min(hit) if hit else None)
-    times[algo] = None if not reached or None in reached else statistics.mean(reached)
-    mine = [p for p in done if p.arg['algo'] == algo]
-    per_epoch = [epoch_time(p.results) for p in mine]
-    epochs[algo] = statistics.mean(per_epoch) if mine and None not in per_epoch else None
-    bests[algo] = statistics.mean(p.best for p in mine) if mine else None
-  model = 'resnet18' if task.endswith('r18') else 'vgg16'
+def _ratio(a, b):
+  return a / b if a is not None and b else None
+
+
+def _time_rows(done, algos, task, setting, target) -> list[dict]:
+  """One row per algorithm of a task's finished timing points (one each): final accuracy, time
+  to `target`, the speedup over S-SGD (the first of `algos`), the model's and the paper's, the
+  time per epoch and its speedup, r and the hidden fraction."""
+  by_algo = {a: next((p for p in done if p.arg['algo'] == a), None) for a in algos}
+  base = by_algo[algos[0]]
+  base_timing = (base.results.get('timing') or {}) if base else {}
+  tp, tc = base_timing.get('Tp_s'), base_timing.get('Tc_s')
+  model_name = 'resnet18' if task.endswith('r18') else 'vgg16'
+  times = {
+    a: time_to_target(p.results, target) if p and target is not None else None
+    for a, p in by_algo.items()
+  }
   rows = []
-  for algo in algos:
-    runs = [p.results.get('timing') or {} for p in done if p.arg['algo'] == algo]
-    rs = [t['r'] for t in runs if t.get('r')]
-    hidden = [t['hidden_fraction'] for t in runs if t.get('hidden_fraction') is not None]
+  for algo, p in by_algo.items():
+    if p is None:
+      continue
+    timing = p.results.get('timing') or {}
+    k = p.results['config']['algorithm']['period']
+    plain = algo.removesuffix('+ps')
+    model = None
+    if tp and tc is not None:
+      model = timeline.model_step_time('ssgd', tp, tc, k) / timeline.model_step_time(
+        plain, tp, tc, k
+      )
     rows.append(
       dict(
         task=task,
         algo=algo,
-        best=bests[algo],
+        final=100.0 * (p.results.get('final') or p.results['epochs'][-1])['test_accuracy'],
         target=target,
         time_s=times[algo],
-        speedup=times[algo] and times[algos[0]] and times[algos[0]] / times[algo],
-        epoch_s=epochs[algo],
-        epoch_speedup=epochs[algo] and epochs[algos[0]] and epochs[algos[0]] / epochs[algo],
-        paper=published.SPEEDUP[setting][model] if algo.startswith('cocod') else None,
-        r=statistics.mean(rs) if rs else None,
-        hidden=statistics.mean(hidden) if hidden else None,
+        speedup=_ratio(times[algos[0]], times[algo]),
+        model=model,
+        paper=published.SPEEDUP[setting][model_name] if algo.startswith('cocod') else None,
+        epoch_s=epoch_time(p.results),
+        epoch_speedup=_ratio(epoch_time(base.results), epoch_time(p.results)) if base else None,
+        r=timing.get('r'),
+        tp_s=timing.get('Tp_s'),
+        tc_s=timing.get('Tc_s'),
+        hidden=timing.get('hidden_fraction'),
       )
     )
   return rows

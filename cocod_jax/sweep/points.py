@@ -302,4 +302,17 @@ def command(point: Point, launcher: str = 'local', python: str | None = None) ->
   if point.backend != 'mpi' or launcher == 'slurm':
     return cmd
   cmd = ['launch/mpirun.sh', '-np', str(point.ranks)] + cmd
-  return ['launch/simnet.sh', '--rate', point.link_rate, '--'] + cmd if point.link_rate else cmd
+  return simnet_args(point.link_rate) + cmd if point.link_rate else cmd
+
+
+LINK_PATTERN = r'[0-9.]+[kmg]?bit(/[0-9]+[kmg]?b?(/[0-9]+)?)?'  # RATE[/BURST[/MTU]]
+
+
+def simnet_args(link: str) -> list[str]:
+  """launch/simnet.sh's arguments for a link `RATE[/BURST[/MTU]]` (tc units; MTU in bytes),
+  e.g. '1gbit' or '50mbit/8kb/8000' (a small bucket and MTU shape messages of a few kB)."""
+  rate, burst, mtu = (link.split('/') + ['', ''])[:3]
+  args = ['launch/simnet.sh', '--rate', rate]
+  args += ['--burst', burst] if burst else []
+  args += ['--mtu', mtu] if mtu else []
+  return args + ['--']

@@ -9,6 +9,7 @@ they run here or are submitted to Slurm by the launcher of that name (launchers.
 """
 
 import os
+import re
 import shlex
 
 from cocod_jax import errors
@@ -39,6 +40,11 @@ def _check_options(launcher, parallel, timeout_s, link_rate, slurm_cluster) -> N
     raise errors.UsageError(
       f'--link_rate={link_rate} is for local runs (launch/simnet.sh); a Slurm cluster runs on '
       'its own network: drop --link_rate'
+    )
+  if link_rate and not re.fullmatch(points_lib.LINK_PATTERN, link_rate):
+    raise errors.UsageError(
+      f'--link_rate={link_rate} is invalid; allowed: RATE[/BURST[/MTU]] in tc units, e.g. 1gbit, '
+      '500mbit or 50mbit/8kb/8000'
     )
   if slurm_cluster not in slurm.CLUSTERS:
     raise errors.UsageError(
