@@ -117,7 +117,10 @@ def loss_figure(number: int) -> int:
           f'| {finals[algo]:.4f} |'
         )
     gap = max(finals.values()) - min(finals.values()) if finals else None
-    rows.append({'task': task, 'final_train_loss': finals, 'largest_gap': gap})
+    rows.append(
+      {'task': task, 'final_train_loss': finals, 'largest_gap': gap, 'curves': _loss_curves(
+        [p for p in points if p.arg['task'] == task and p.results], algos)}
+    )  # fmt: skip
     if gap is not None:
       lines.append(f'| {scales.task_title(task, FLAGS.scale)} | largest gap | {gap:.4f} |')
   text = '\n'.join(lines) + '\n'
@@ -126,6 +129,18 @@ def loss_figure(number: int) -> int:
     f'fig{number}', text, {'rows': rows, 'png': png, **common.provenance(points, 'one_host')}
   )
   return _finished(points)
+
+
+def _loss_curves(points, algos) -> dict:
+  """{algo: {'seeds': n, 'train_loss': the mean over seeds per epoch}}: the plotted lines."""
+  out = {}
+  for algo in algos:
+    runs = [p.results['epochs'] for p in points if p.arg['algo'] == algo]
+    if runs:
+      length = min(len(r) for r in runs)
+      mean = [sum(r[i]['train_loss'] for r in runs) / len(runs) for i in range(length)]
+      out[algo] = {'seeds': len(runs), 'train_loss': mean}
+  return out
 
 
 def time_figure(number: int) -> int:
