@@ -215,3 +215,23 @@ def test_figure4_model_comes_from_the_calibration_runs(tmp_path, monkeypatch):
   assert {(r['algo'], r['workers']) for r in data['rows']} == {
     ('ssgd', 1), ('ssgd', 2), ('cocod_sgd', 1), ('cocod_sgd', 2)
   }  # fmt: skip
+
+
+def test_ablation_variants_change_one_thing():
+  from configs import ablation  # pylint: disable=g-import-not-at-top
+  from configs import table1  # pylint: disable=g-import-not-at-top
+
+  for variant, (algo, overrides) in ablation.VARIANTS.items():
+    base = table1.get_config(f'algo={algo},task=c100_r18,scale=cpu,seed=1').to_dict()
+    got = ablation.get_config(f'variant={variant},seed=1').to_dict()
+    changed = {
+      f'{group}.{field}'
+      for group, fields in got.items()
+      if isinstance(fields, dict)
+      for field, value in fields.items()
+      if value != base[group][field]
+    }
+    assert changed == set(overrides), variant
+    assert {k: v for k, v in got.items() if not isinstance(v, dict)} == {
+      k: v for k, v in base.items() if not isinstance(v, dict)
+    }  # fmt: skip

@@ -96,8 +96,18 @@ def _check_line(name, title, check) -> str:
     f'| {name} | {title} | {check["seeds"]} | {check["difference"]:+.2f} '
     f'| [{_fmt(check["lo"], "{:+.2f}")}, {_fmt(check["hi"], "{:+.2f}")}] '
     f'| **{check["verdict"]}** | {"yes" if check["noninferior"] else "no"} '
-    f'| {_fmt(check["seeds_needed"], "{}")} |'
+    f'| {_needed(check)} |'
   )
+
+
+def _needed(check) -> str:
+  """Seeds an inconclusive cell would need; '> 1000' when no number would (a difference at the
+  margin); '-' otherwise."""
+  if check['seeds_needed'] is not None:
+    return str(check['seeds_needed'])
+  if check['verdict'] == 'inconclusive' and check['seeds'] > 1:
+    return f'> {stats.MAX_SEEDS}'
+  return '-'
 
 
 def accuracy_table(
