@@ -24,8 +24,7 @@ MARGIN = stats.MARGIN
 
 def final(point) -> float:
   """The final averaged model's test accuracy of a finished point, in %."""
-  results = point.results
-  return 100.0 * (results.get('final') or results['epochs'][-1])['test_accuracy']
+  return 100.0 * correctness.reported_accuracy(point.results)
 
 
 def by_seed(points, algo: str, task: str) -> dict:
@@ -114,6 +113,13 @@ def accuracy_table(
   title, points, algos, tasks, paper_table, task_title, scale, correct_of=of_point
 ):
   """(Markdown, JSON, {algo.task: [seeds, examples] correctness}) of an accuracy table."""
+  known = {}  # Each run's correctness, read once: S-SGD's runs pair with every other row.
+
+  def correct_once(point):
+    if point.directory not in known:
+      known[point.directory] = correct_of(point)
+    return known[point.directory]
+
   grid = {
     (a, t): _cell(by_seed(points, a, t), published.accuracy(paper_table, a, t))
     for a in algos
@@ -152,12 +158,12 @@ def accuracy_table(
   for algo in algos[1:]:
     for t in tasks:
       runs, reference = by_seed(points, algo, t), by_seed(points, algos[0], t)
-      check = {'algo': algo, 'task': t, **compare_cell(runs, reference, correct_of)}
+      check = {'algo': algo, 'task': t, **compare_cell(runs, reference, correct_once)}
       checks.append(check)
       lines.append(_check_line(published.NAMES[algo], task_title(t, scale), check))
   for (algo, t), cell in grid.items():
     runs = by_seed(points, algo, t)
-    got = [correct_of(runs[s]) for s in cell['seeds']]
+    got = [correct_once(runs[s]) for s in cell['seeds']]
     if got and all(g is not None for g in got):
       arrays[f'{algo}.{t}'] = got
   data = {

@@ -24,6 +24,7 @@ from cocod_jax import flags as cocod_flags
 from cocod_jax import provenance as provenance_lib
 from cocod_jax import sweep
 from cocod_jax import timeline
+from cocod_jax.experiments import correctness
 from cocod_jax.experiments import published
 from cocod_jax.experiments import stats
 
@@ -292,7 +293,7 @@ def _time_rows(done, algos, task, setting, target) -> list[dict]:
       dict(
         task=task,
         algo=algo,
-        final=100.0 * (p.results.get('final') or p.results['epochs'][-1])['test_accuracy'],
+        final=100.0 * correctness.reported_accuracy(p.results),
         target=target,
         time_s=times[algo],
         speedup=_ratio(times[algos[0]], times[algo]),

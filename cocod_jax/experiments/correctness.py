@@ -53,6 +53,11 @@ def _predict(config: dict, dataset, params_path: str) -> np.ndarray:
   return (np.concatenate(out) == dataset.y_test).astype(np.uint8)
 
 
+def reported_accuracy(results: dict) -> float:
+  """The test accuracy (0..1) a run reported for its final averaged model."""
+  return (results.get('final') or results['epochs'][-1])['test_accuracy']
+
+
 def of_run(directory: str, results: dict) -> np.ndarray:
   """1/0 per test example for the final averaged model of the run in `directory`.
 
@@ -78,7 +83,7 @@ def of_run(directory: str, results: dict) -> np.ndarray:
     d.get('train_examples', 0), d.get('test_examples', 0),
   )  # fmt: skip
   correct = _predict(c, dataset, params)
-  reported = (results.get('final') or results['epochs'][-1])['test_accuracy']
+  reported = reported_accuracy(results)
   if abs(correct.mean() - reported) > 1e-4:
     raise CorrectnessError(
       f'{directory}: the final model scores {correct.mean():.6f} on the test set, the run '
