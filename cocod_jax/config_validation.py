@@ -3,16 +3,17 @@
 `errors(config)` lists every invalid field, one line each, naming the field, the value and what
 is allowed; `validate` raises `errors.UsageError` with them (main.py prints each as `error: ...`
 and exits with status 2). The allowed names are read from the registries where they are defined:
-`algorithms.ALGORITHMS`, `cluster.BACKENDS`, `cluster.mpi.STAGINGS`, `models.MODELS`,
-`input_pipeline.DATASETS`, `schedules.LR_SCALINGS`. No data is loaded here: the checks of the
-data against the config (`input_pipeline.load_checked`) run where the data is loaded, still
-before anything is written.
+`algorithms.ALGORITHMS`, `correction.CORRECTIONS`, `cluster.BACKENDS`, `cluster.mpi.STAGINGS`,
+`models.MODELS`, `input_pipeline.DATASETS`, `schedules.LR_SCALINGS`. No data is loaded here:
+the checks of the data against the config (`input_pipeline.load_checked`) run where the data is
+loaded, still before anything is written.
 """
 
 import numbers
 
 from cocod_jax import algorithms
 from cocod_jax import cluster
+from cocod_jax import correction
 from cocod_jax import errors as errors_lib
 from cocod_jax import input_pipeline
 from cocod_jax import models
@@ -54,6 +55,7 @@ def _run_fields(config, v: _Checks) -> None:
   v.check(a.name in algorithms.ALGORITHMS, 'algorithm.name', a.name, list(algorithms.ALGORITHMS))
   v.integer('algorithm.period', a.period, 1)
   v.integer('algorithm.warmup_period_epochs', a.warmup_period_epochs, 0)
+  _correction_fields(a, v)
   v.check(config.backend in cluster.BACKENDS, 'backend', config.backend, list(cluster.BACKENDS))
   v.integer('one_host.devices', config.one_host.devices, 0)
   v.integer('mpi.devices', config.mpi.devices, 0)
@@ -125,6 +127,24 @@ def _split_fields(d, v: _Checks) -> None:
       f'choose; allowed: 0 (the data as it is), or dataset.name in '
       f'{list(input_pipeline.MNIST1D_VARIANTS)}'
     )
+
+
+def _correction_fields(a, v: _Checks) -> None:
+  """CoCoD-SGD's correction and its hyperparameters."""
+  allowed = list(correction.CORRECTIONS)
+  v.check(a.correction in allowed, 'algorithm.correction', a.correction, allowed)
+  if a.correction != 'cocod' and a.name != 'cocod_sgd':
+    v.out.append(
+      f'algorithm.correction={a.correction!r} is invalid with algorithm.name={a.name!r}: the '
+      "correction is CoCoD-SGD's; allowed: 'cocod', or algorithm.name='cocod_sgd'"
+    )
+  ok = _is_number(a.alpha) and 0 <= a.alpha <= 1
+  v.check(ok, 'algorithm.alpha', a.alpha, 'a number in [0, 1]')
+  v.number('algorithm.outer_lr', a.outer_lr, 0)
+  ok = _is_number(a.outer_momentum) and 0 <= a.outer_momentum < 1
+  v.check(ok, 'algorithm.outer_momentum', a.outer_momentum, 'a number in [0, 1)')
+  v.check(isinstance(a.outer_nesterov, bool), 'algorithm.outer_nesterov', a.outer_nesterov,
+          'True or False')  # fmt: skip
 
 
 def _cluster_fields(config, v: _Checks) -> None:

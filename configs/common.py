@@ -12,6 +12,13 @@ def base_config() -> ml_collections.ConfigDict:
   c.algorithm.warmup_period_epochs = 10
   c.algorithm.average_batch_stats = True
   c.algorithm.average_momentum = False
+  # CoCoD-SGD's correction when a round's average arrives (cocod_jax/correction.py): 'cocod'
+  # (the paper's), 'reset', 'blend' (alpha: the local model's share), 'outer_sgd' (DiLoCo's).
+  c.algorithm.correction = 'cocod'
+  c.algorithm.alpha = 0.0
+  c.algorithm.outer_lr = 0.7
+  c.algorithm.outer_momentum = 0.9
+  c.algorithm.outer_nesterov = True
   c.backend = 'one_host'  # All workers in one process; 'mpi': R ranks of N / R (mpirun/srun).
   c.one_host = ml_collections.ConfigDict()  # The one-host cluster (backend='one_host' only).
   c.one_host.devices = 0  # Devices the workers are sharded over; 0: the most that divide N.

@@ -110,6 +110,25 @@ def test_resume_after_sigterm_is_exact(tmp_path, monkeypatch, capsys, algorithm,
   assert resumed_epochs == straight_epochs
 
 
+@pytest.mark.parametrize('point', ['warmup_end', 'mid_round'])
+@pytest.mark.parametrize('correction', ['blend', 'outer_sgd'])
+def test_corrections_resume_exactly(tmp_path, monkeypatch, correction, point):
+  # Their state outlives a round: at `warmup_end` the state the next round sends (for outer_sgd
+  # the anchor and the outer momentum), at `mid_round` also the round's origin or anchor.
+  c = _config(tmp_path, 'cocod_sgd')
+  c.algorithm.correction, c.algorithm.alpha = correction, 0.5
+  train.train_and_evaluate(c, str(tmp_path / 'straight'))
+  with monkeypatch.context() as m:
+    _sigterm_at(m, POINTS[point])
+    with pytest.raises(checkpoints.Preempted):
+      train.train_and_evaluate(c, str(tmp_path / 'stopped'))
+  train.train_and_evaluate(c, str(tmp_path / 'stopped'))
+  straight, resumed = _finals(tmp_path / 'straight'), _finals(tmp_path / 'stopped')
+  for k in straight[0]:
+    np.testing.assert_array_equal(resumed[0][k], straight[0][k], err_msg=k)
+  assert resumed[1] == straight[1]
+
+
 def test_cnn_with_batchnorm_resumes_exactly(tmp_path, monkeypatch):
   # BatchNorm statistics and a shuffled, augmentation-free CNN on digits, CoCoD-SGD mid-round.
   c = train_test.test_config.get_config()

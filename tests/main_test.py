@@ -75,6 +75,7 @@ BAD = {
   'model': (['--config.model.name=resnet50'], 'model.name'),
   'dataset': (['--config.dataset.name=mnist'], 'dataset.name'),
   'period': (['--config.algorithm.period=0'], 'algorithm.period'),
+  'correction': (['--config.algorithm.correction=lookahead'], 'algorithm.correction'),
   'lr_zero': (['--config.optimizer.learning_rate=0'], 'optimizer.learning_rate'),
   'lr_negative': (['--config.optimizer.learning_rate=-0.1'], 'optimizer.learning_rate'),
   'batch': (['--config.batch_size=0'], 'batch_size'),

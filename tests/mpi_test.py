@@ -526,3 +526,33 @@ def test_mpi_variants_match_reference(tmp_path):
       np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-6, err_msg=f'rank {rank}')
   for g, e in zip(final, expected):
     np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-6)
+
+
+def test_mpi_outer_sgd_matches_reference(tmp_path):
+  # A correction whose state outlives its round (the anchor, the outer Nesterov momentum), on 3
+  # ranks: every rank's state at the end and the final model against the float64 reference.
+  options = train_test.CORRECTIONS['outer_sgd']
+  path, x, y = train_test._tiny_npz(tmp_path)
+  c = train_test.correction_config(path, **options)
+  a = c.algorithm
+  _run_mpi(c, tmp_path / 'mpi', f'--config.algorithm.warmup_period_epochs={a.warmup_period_epochs}',
+           f'--config.algorithm.correction={a.correction}',
+           f'--config.algorithm.outer_lr={a.outer_lr}',
+           f'--config.algorithm.outer_momentum={a.outer_momentum}',
+           '--config.checkpoint.every_epochs=4')  # fmt: skip
+  with np.load(tmp_path / 'mpi' / 'final_params.npz') as f:
+    names = ['params/Dense_0/kernel', 'params/Dense_0/bias']
+    final = [f[n] for n in names + ['batch_stats/BatchNorm_0/mean', 'batch_stats/BatchNorm_0/var']]
+  workers = []
+  expected = train_test.variant_reference(
+    x, y, 'cocod_sgd', workers_out=workers, **train_test.VARIANTS['bn_averaged'], **options
+  )
+  for rank in range(3):
+    state = checkpoints.Checkpointer(str(tmp_path / 'mpi'), rank, 3, None, 1).restore(8)[0]['state']
+    got = [state['params']['Dense_0'][k][0] for k in ('kernel', 'bias')]
+    got += [state['momentum']['Dense_0'][k][0] for k in ('kernel', 'bias')]
+    got += [state['batch_stats']['BatchNorm_0'][k][0] for k in ('mean', 'var')]
+    for g, e in zip(got, workers[rank]):
+      np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-6, err_msg=f'rank {rank}')
+  for g, e in zip(final, expected):
+    np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-6)

@@ -70,11 +70,12 @@ def test_choose_devices():
 
 
 class _Config:
-  """The two fields OneHostCluster reads."""
+  """The fields OneHostCluster reads."""
 
   def __init__(self, n, devices):
     self.num_workers = n
     self.one_host = type('OneHost', (), {'devices': devices})()
+    self.algorithm = type('Algorithm', (), {'correction': 'cocod'})()
 
 
 def _cluster(n, devices, weights):

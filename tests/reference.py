@@ -18,7 +18,14 @@ What the options transcribe (ALGORITHMS.md, "Notation", and the config fields na
   with the gradient (S-SGD, Pipe-SGD: the averaged statistics replace each worker's; for Pipe-SGD
   those of the step before, as its gradient); otherwise each worker keeps its own.
 - `average_momentum`: the momentum buffers are averaged with the model (Local-SGD, CoCoD-SGD).
-The final model is the weighted average of every worker's parameters and statistics.
+- `correction` (CoCoD-SGD's `algorithm.correction`), with `a` the average of the snapshots `s`,
+  `x` a worker's model at the round's end and `c` where its round started:
+  `cocod` x <- a + (x - s), the next round sends x; `blend` (`alpha`) x <- (1 - alpha) a +
+  alpha x and `reset` x <- a, the next round sending a + (x - c); `outer_sgd` (`outer`: lr,
+  momentum, nesterov) a shared anchor g moves by SGD on the outer gradient g - a (PyTorch-style
+  Nesterov: m = mu m + d, u = d + mu m), g' = g - lr u, and x <- g' + (x - s), sent next.
+The final model is the weighted average of every worker's parameters and statistics. A round
+that training ends in the middle of is closed by nothing but that final average.
 """
 
 import numpy as np
@@ -52,7 +59,7 @@ def wavg(trees, weights):
 
 def run(algorithm, shards, num_classes, steps, lr, mu, wd, period, batch_sizes, speeds=None,
         warmup_steps=0, bn=False, average_batch_stats=True, average_momentum=False,
-        workers_out=None):  # fmt: skip
+        correction='cocod', alpha=0.0, outer=(0.7, 0.9, True), workers_out=None):  # fmt: skip
   """Returns the final averaged [w, b] (and [mean, var] with `bn`) after `steps` global
   iterations of `algorithm`.
 
@@ -111,10 +118,30 @@ def run(algorithm, shards, num_classes, steps, lr, mu, wd, period, batch_sizes, 
     return t < warmup_steps or (t - warmup_steps) % period == 0
 
   def round_end(t):
-    return t + 1 <= warmup_steps or (t + 1 - warmup_steps) % period == 0 or t + 1 == steps
+    return t + 1 <= warmup_steps or (t + 1 - warmup_steps) % period == 0
+
+  def correct(i, xi, a, si, ci, outer_state):
+    """Worker i's corrected synced values, what it sends next, where it starts from next, and
+    the outer (anchor, momentum)."""
+    if correction == 'cocod':
+      new = [aj + (xj - sj) for aj, xj, sj in zip(a, xi, si)]
+      return new, new, new, outer_state
+    if correction in ('reset', 'blend'):
+      w = 0.0 if correction == 'reset' else alpha
+      new = [(1 - w) * aj + w * xj for aj, xj in zip(a, xi)]
+      return new, [aj + (xj - cj) for aj, xj, cj in zip(a, xi, ci)], new, outer_state
+    lr_out, mu_out, nesterov = outer
+    anchor, mom = outer_state
+    grad = [g - aj for g, aj in zip(anchor, a)]
+    mom = [mu_out * m + d for m, d in zip(mom, grad)]
+    step = [d + mu_out * m for d, m in zip(grad, mom)] if nesterov else mom
+    anchor = [g - lr_out * u for g, u in zip(anchor, step)]
+    new = [g + (xj - sj) for g, xj, sj in zip(anchor, xi, si)]
+    return new, new, new, (anchor, mom)
 
   pending = None
   snapshot = None
+  sent = origin = outers = None  # CoCoD-SGD: what each worker sends next, its round's origin.
   for t in range(steps):
     lr = lr_at(t)
     if algorithm in ('ssgd', 'pipe_sgd'):
@@ -143,14 +170,22 @@ def run(algorithm, shards, num_classes, steps, lr, mu, wd, period, batch_sizes, 
         for i in range(n):
           set_synced(i, [a.copy() for a in avg])
     elif algorithm == 'cocod_sgd':
+      if sent is None:  # The first round: every worker sends, and starts from, its x_0.
+        sent = [[a.copy() for a in synced(i)] for i in range(n)]
+        origin = [[a.copy() for a in synced(i)] for i in range(n)]
+        outers = [([a.copy() for a in synced(i)], [0.0 * a for a in synced(i)]) for i in range(n)]
       if round_start(t):
-        snapshot = [[a.copy() for a in synced(i)] for i in range(n)]
+        snapshot = sent
         average = wavg(snapshot, weights)
       for i in range(n):
         local_step(i, lr)
       if round_end(t):
+        out = [correct(i, synced(i), average, snapshot[i], origin[i], outers[i]) for i in range(n)]
         for i in range(n):
-          set_synced(i, [a + (xi - si) for a, xi, si in zip(average, synced(i), snapshot[i])])
+          set_synced(i, out[i][0])
+        sent = [o[1] for o in out]
+        origin = [o[2] for o in out]
+        outers = [o[3] for o in out]
     elif algorithm == 'asynlocal_sgd':
       # Round of k = period global steps from t: worker i takes k_i = max(1, floor(k C_i / C_min))
       # local steps, local step s at lr_{t + floor(s k / k_i)}; then the plain mean (equal M).

@@ -398,3 +398,94 @@ def test_variants_change_the_trajectory(tmp_path):
     kept = ends(algorithm, **options)
     averaged = ends(algorithm, **{**options, 'average_batch_stats': True})
     assert not np.allclose(kept, averaged, rtol=1e-5), algorithm
+
+
+# CoCoD-SGD's other corrections (algorithm.correction) against the float64 reference, on the
+# variants' setting with BatchNorm statistics averaged: the period warm-up's rounds of one step,
+# then rounds of 3, every worker's state at the end and the final model.
+CORRECTIONS = {
+  'reset': dict(correction='reset'),
+  'blend': dict(correction='blend', alpha=0.5),
+  'outer_sgd': dict(correction='outer_sgd', outer=(0.7, 0.9, True)),
+}
+
+
+def correction_config(path, correction, alpha=0.0, outer=(0.7, 0.9, True)):
+  c = variant_config(path, 'cocod_sgd', **{**VARIANTS['bn_averaged']})
+  c.algorithm.correction = correction
+  c.algorithm.alpha = alpha
+  c.algorithm.outer_lr, c.algorithm.outer_momentum, c.algorithm.outer_nesterov = outer
+  config_validation.validate(c)
+  return c
+
+
+@pytest.mark.parametrize('correction', sorted(CORRECTIONS))
+def test_corrections_match_reference(tmp_path, correction):
+  options = CORRECTIONS[correction]
+  path, x, y = _tiny_npz(tmp_path)
+  train.train_and_evaluate(correction_config(path, **options), str(tmp_path / 'run'))
+  final, workers = read_variant(tmp_path / 'run')
+  expected_workers = []
+  expected = variant_reference(
+    x, y, 'cocod_sgd', workers_out=expected_workers, **VARIANTS['bn_averaged'], **options
+  )
+  for got, want in zip(final + sum(workers, []), expected + sum(expected_workers, [])):
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+
+
+def test_corrections_change_the_trajectory(tmp_path):
+  # Every correction ends elsewhere than the paper's and than the others, so a run that ignored
+  # the field, or mixed two up, could not match the reference.
+  _, x, y = _tiny_npz(tmp_path)
+
+  def ends(**options):
+    workers = []
+    final = variant_reference(x, y, 'cocod_sgd', workers_out=workers, **options)
+    return np.concatenate([a.ravel() for a in final + sum(workers, [])])
+
+  seen = [ends(warmup=1)] + [ends(warmup=1, **o) for o in CORRECTIONS.values()]
+  seen.append(ends(warmup=1, correction='outer_sgd', outer=(0.7, 0.0, True)))  # No momentum.
+  seen.append(ends(warmup=1, correction='outer_sgd', outer=(0.7, 0.9, False)))  # Heavy ball.
+  for i in range(len(seen)):
+    for j in range(i):
+      assert not np.allclose(seen[i], seen[j], rtol=1e-5), (i, j)
+
+
+def test_blend_zero_is_reset_to_the_bit(tmp_path):
+  path, _, _ = _tiny_npz(tmp_path)
+  runs = []
+  for name, options in (('reset', {}), ('blend', {'alpha': 0.0})):
+    train.train_and_evaluate(correction_config(path, name, **options), str(tmp_path / name))
+    runs.append(read_variant(tmp_path / name))
+  for got, want in zip(runs[1][0] + sum(runs[1][1], []), runs[0][0] + sum(runs[0][1], [])):
+    np.testing.assert_array_equal(got, want)
+
+
+def test_outer_sgd_at_lr_one_without_momentum_is_cocod(tmp_path):
+  # g' = g - 1 * (g - a) = a, so x <- a + (x - s): the paper's correction, up to the rounding of
+  # g - (g - a) in float32.
+  path, _, _ = _tiny_npz(tmp_path)
+  train.train_and_evaluate(correction_config(path, 'cocod'), str(tmp_path / 'cocod'))
+  c = correction_config(path, 'outer_sgd', outer=(1.0, 0.0, True))
+  train.train_and_evaluate(c, str(tmp_path / 'outer'))
+  (f0, w0), (f1, w1) = read_variant(tmp_path / 'cocod'), read_variant(tmp_path / 'outer')
+  for got, want in zip(f1 + sum(w1, []), f0 + sum(w0, [])):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_reset_with_period_one_is_pipe_sgd(tmp_path):
+  # Reset sends a + d, d = -lr (momentum step of its gradient at a); the average of the next
+  # snapshots is a + sum_i w_i d_i, the momentum step of the averaged gradient taken one round
+  # earlier: Pipe-SGD's x_{t+1} = OPT(x_t, gbar_{t-1}), without weight decay (Pipe-SGD decays
+  # x_t, reset the model the gradient was taken at) and without BatchNorm.
+  path, _, _ = _tiny_npz(tmp_path)
+  finals = {}
+  for algorithm in ('pipe_sgd', 'cocod_sgd'):
+    c = _config(path, algorithm, workers=3, batch=5, epochs=3, period=1)
+    c.optimizer.weight_decay = 0.0
+    c.algorithm.correction = 'reset' if algorithm == 'cocod_sgd' else 'cocod'
+    finals[algorithm] = _run(c, tmp_path / algorithm)
+  for got, want in zip(finals['cocod_sgd'], finals['pipe_sgd']):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  c.algorithm.period = 2  # Not with longer rounds: the equality is the period's.
+  assert not np.allclose(_run(c, tmp_path / 'k2')[0], finals['pipe_sgd'][0], rtol=1e-3)

@@ -6,6 +6,10 @@ At the start of a round a worker snapshots `s_i = x_i` and starts the weighted a
 (Step II); when both are done it applies the decoupled correction `x_i <- a + (x_i - s_i)`
 (`correction.decoupled_correction`, an optax-style transform whose state is the snapshot). One
 allreduce is in flight at a time, and it overlaps the k local steps.
+
+`algorithm.correction` swaps the correction for another (`correction.py`: reset, blend,
+outer_sgd); those return, with the corrected x, the state that the next round sends (`carried`
+here), where the paper's snapshots the corrected x afresh.
 """
 
 from cocod_jax import correction
@@ -19,11 +23,15 @@ class CoCoDSGD(base.RoundAlgorithm):
   def __init__(self, ctx):
     super().__init__(ctx)
     self.pending = None  # (the snapshot average in flight or waited for, the snapshot)
+    self.carried = None  # The state the next round sends (corrections other than the paper's).
 
   def step(self, state, data, t):
     if self.pending is None:  # Step I: snapshot, and its allreduce in the background.
       with self.tl.span('snapshot', 'merge'):
-        snap = self.tl.ready(self.cluster.snapshot(steps.synced_part(state, self.config)))
+        if self.carried is None:
+          snap = self.tl.ready(self.cluster.snapshot(steps.synced_part(state, self.config)))
+        else:
+          snap, self.carried = self.carried, None
       label = 'the snapshot at the start of ' + self.round_label()
       self.pending = (self.start(snap.snapshot, label, t), snap)
     with self.tl.span('step', 'step'):  # Step II: the local steps.
@@ -32,7 +40,8 @@ class CoCoDSGD(base.RoundAlgorithm):
       handle, snap = self.pending
       averaged = self.wait(handle)
       with self.tl.span('correct', 'merge'):
-        corrected = self.cluster.correct(steps.synced_part(state, self.config), averaged, snap)
+        x = steps.synced_part(state, self.config)
+        corrected, self.carried = self.cluster.correct(x, averaged, snap)
         state = self.tl.ready(steps.with_part(state, corrected))
       self.pending = None
     return state, loss
@@ -44,24 +53,36 @@ class CoCoDSGD(base.RoundAlgorithm):
     return state
 
   def state_dict(self):
-    if self.pending is None:
-      return {}
-    waited, snap = self.pending
-    return {'average': waited.value, 'snapshot': snap.snapshot}
+    tree = {}
+    if self.pending is not None:
+      waited, snap = self.pending
+      tree['average'] = waited.value
+      tree['snapshot'] = snap.snapshot
+      rest = correction.to_tree(snap)
+      del rest['snapshot']
+      if rest:
+        tree['round'] = rest
+    if self.carried is not None:
+      tree['carried'] = correction.to_tree(self.carried)
+    return tree
 
   def load_state_dict(self, tree):
+    tx = self.cluster.correction
     if 'average' in tree:
       label = 'the snapshot of the round in progress at the restart'
-      self.pending = (
-        base.Waited(tree['average'], label),
-        correction.CorrectionState(tree['snapshot']),
-      )
+      snap = {'snapshot': tree['snapshot'], **tree.get('round', {})}
+      self.pending = (base.Waited(tree['average'], label), correction.from_tree(snap, tx))
+    if 'carried' in tree:
+      self.carried = correction.from_tree(tree['carried'], tx)
 
   def finish(self):
     # A round that training ends in the middle of is not corrected: the final average that
     # follows gives sum_i w_i x_i either way, since with a = sum_i w_i s_i the corrected models
     # average to a + sum_i w_i x_i - sum_i w_i s_i = sum_i w_i x_i. Not cutting the round short
-    # keeps a run that is continued for more epochs equal to one that ran them straight.
+    # keeps a run that is continued for more epochs equal to one that ran them straight. With
+    # the other corrections the final model is sum_i w_i x_i as well (ALGORITHMS.md): the local
+    # models as they stand, the average in flight dropped.
     if self.pending is not None and not isinstance(self.pending[0], base.Waited):
       self.cluster.wait(self.pending[0])
     self.pending = None
+    self.carried = None

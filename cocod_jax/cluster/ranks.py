@@ -33,6 +33,7 @@ import time
 import jax
 import numpy as np
 
+from cocod_jax import correction
 from cocod_jax import steps as steps_lib
 from cocod_jax.cluster import mpi
 from cocod_jax.cluster import one_host
@@ -146,7 +147,8 @@ class RanksCluster(one_host.StackedWorkers):
     width = workers_per_rank(config.num_workers, self.processes, config.mpi.workers_per_rank)
     workers = range(self.rank * width, (self.rank + 1) * width)
     devices = rank_devices(config, world)
-    super().__init__(fns, workers, weights, devices, slowed=_slowdown(config, workers))
+    tx = correction.from_config(config.algorithm)
+    super().__init__(fns, workers, weights, devices, tx, slowed=_slowdown(config, workers))
     self.comm = mpi.MPICommunicator(
       weights,
       self.workers,
