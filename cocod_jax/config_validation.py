@@ -56,6 +56,8 @@ def _run_fields(config, v: _Checks) -> None:
   v.integer('algorithm.period', a.period, 1)
   v.integer('algorithm.warmup_period_epochs', a.warmup_period_epochs, 0)
   _correction_fields(a, v)
+  v.check(c.dtype in ('float32',), 'comm.dtype', c.dtype, ['float32'])
+  v.check(c.error_feedback is False, 'comm.error_feedback', c.error_feedback, [False])
   v.check(config.backend in cluster.BACKENDS, 'backend', config.backend, list(cluster.BACKENDS))
   v.integer('one_host.devices', config.one_host.devices, 0)
   v.integer('mpi.devices', config.mpi.devices, 0)

@@ -25,7 +25,11 @@ def base_config() -> ml_collections.ConfigDict:
   c.mpi = ml_collections.ConfigDict()  # The ranks (backend='mpi' only): num_workers / R each.
   c.mpi.workers_per_rank = 0  # W; 0: num_workers / the job's ranks. Launchers read it.
   c.mpi.devices = 0  # Local devices each rank shards its workers over; 0: the most that divide W.
-  c.comm = ml_collections.ConfigDict()  # The MPI communicator (backend='mpi' only).
+  c.comm = ml_collections.ConfigDict()  # The communicator (the fields below dtype: MPI only).
+  # CoCoD-SGD's snapshot allreduce: the type its values travel in, and whether what rounding
+  # loses is added to the next round's snapshot (error feedback).
+  c.comm.dtype = 'float32'
+  c.comm.error_feedback = False
   c.comm.threaded = True  # Collectives on a background thread (False: synchronous, for tests).
   c.comm.staging = 'host'  # Where the allreduce runs: 'host' (mpi4py) or 'device' (mpi4jax).
   c.comm.timeout_s = 600.0  # A collective slower than this ends the job on every rank.
