@@ -35,14 +35,22 @@ VARIANTS = {
   'blend': ('cocod_sgd', {'algorithm.correction': 'blend', 'algorithm.alpha': 0.5}),
   'outer_sgd': (
     'cocod_sgd',
-    {'algorithm.correction': 'outer_sgd', 'algorithm.outer_lr': 0.7,
-     'algorithm.outer_momentum': 0.9, 'algorithm.outer_nesterov': True},
-  ),  # fmt: skip
+    {
+      'algorithm.correction': 'outer_sgd',
+      'algorithm.outer_lr': 0.7,
+      'algorithm.outer_momentum': 0.9,
+      'algorithm.outer_nesterov': True,
+    },
+  ),
   'outer_sgd_mild': (
     'cocod_sgd',
-    {'algorithm.correction': 'outer_sgd', 'algorithm.outer_lr': 1.0,
-     'algorithm.outer_momentum': 0.5, 'algorithm.outer_nesterov': True},
-  ),  # fmt: skip
+    {
+      'algorithm.correction': 'outer_sgd',
+      'algorithm.outer_lr': 1.0,
+      'algorithm.outer_momentum': 0.5,
+      'algorithm.outer_nesterov': True,
+    },
+  ),
 }
 REFERENCE = 'ssgd'  # The variant every other is paired with.
 
