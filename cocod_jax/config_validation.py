@@ -3,16 +3,17 @@
 `errors(config)` lists every invalid field, one line each, naming the field, the value and what
 is allowed; `validate` raises `errors.UsageError` with them (main.py prints each as `error: ...`
 and exits with status 2). The allowed names are read from the registries where they are defined:
-`algorithms.ALGORITHMS`, `correction.CORRECTIONS`, `cluster.BACKENDS`, `cluster.mpi.STAGINGS`,
-`models.MODELS`, `input_pipeline.DATASETS`, `schedules.LR_SCALINGS`. No data is loaded here:
-the checks of the data against the config (`input_pipeline.load_checked`) run where the data is
-loaded, still before anything is written.
+`algorithms.ALGORITHMS`, `correction.CORRECTIONS`, `compression.DTYPES`, `cluster.BACKENDS`,
+`cluster.mpi.STAGINGS`, `models.MODELS`, `input_pipeline.DATASETS`, `schedules.LR_SCALINGS`. No
+data is loaded here: the checks of the data against the config (`input_pipeline.load_checked`)
+run where the data is loaded, still before anything is written.
 """
 
 import numbers
 
 from cocod_jax import algorithms
 from cocod_jax import cluster
+from cocod_jax import compression
 from cocod_jax import correction
 from cocod_jax import errors as errors_lib
 from cocod_jax import input_pipeline
@@ -56,8 +57,15 @@ def _run_fields(config, v: _Checks) -> None:
   v.integer('algorithm.period', a.period, 1)
   v.integer('algorithm.warmup_period_epochs', a.warmup_period_epochs, 0)
   _correction_fields(a, v)
-  v.check(c.dtype in ('float32',), 'comm.dtype', c.dtype, ['float32'])
-  v.check(c.error_feedback is False, 'comm.error_feedback', c.error_feedback, [False])
+  v.check(c.dtype in compression.DTYPES, 'comm.dtype', c.dtype, list(compression.DTYPES))
+  v.check(isinstance(c.error_feedback, bool), 'comm.error_feedback', c.error_feedback,
+          'True or False')  # fmt: skip
+  if (c.dtype != 'float32' or c.error_feedback is True) and a.name != 'cocod_sgd':
+    v.out.append(
+      f'comm.dtype={c.dtype!r} with comm.error_feedback={c.error_feedback!r} is invalid with '
+      f"algorithm.name={a.name!r}: what is compressed is CoCoD-SGD's snapshot allreduce; allowed: "
+      "comm.dtype='float32' and comm.error_feedback=False, or algorithm.name='cocod_sgd'"
+    )
   v.check(config.backend in cluster.BACKENDS, 'backend', config.backend, list(cluster.BACKENDS))
   v.integer('one_host.devices', config.one_host.devices, 0)
   v.integer('mpi.devices', config.mpi.devices, 0)

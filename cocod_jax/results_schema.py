@@ -23,6 +23,11 @@ results.json:
   timing            MPI runs: measured Tp, Tc (the allreduce between ranks), Tl (the local
                     mean over a rank's workers), local_s, comm_s (both parts), exposed
                     communication, hidden_fraction, per rank and combined (optional)
+  snapshot_allreduce  CoCoD-SGD with a compressed snapshot allreduce (comm.dtype): dtype,
+                    error_feedback, rounds, payload_bytes (one sender's message a round), and
+                    on the one-host cluster update_rel_error and model_rel_error (the rounding
+                    error of the average against the float32 one, relative to the round's
+                    update and to the model; root of the sums over rounds) (optional)
 
 An epoch record: epoch (int, from 0), train_loss, test_loss, test_accuracy (0..1) and
 train_time_s (seconds of training so far, evaluation excluded).
@@ -59,6 +64,7 @@ OPTIONAL_FIELDS = {
   'diverged': dict,
   'timing': dict,
   'layout': dict,
+  'snapshot_allreduce': dict,
 }
 STATUSES = ('completed', 'diverged')
 BACKENDS = ('one_host', 'mpi')

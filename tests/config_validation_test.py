@@ -29,3 +29,24 @@ def test_every_correction_is_valid_with_cocod_sgd():
   for name in ('cocod', 'reset', 'blend', 'outer_sgd'):
     c.algorithm.correction = name
     assert config_validation.errors(c) == []
+
+
+@pytest.mark.parametrize(
+  'fields,line',
+  [
+    ({'dtype': 'fp8'}, "comm.dtype='fp8' is invalid; allowed: ['float32', 'bfloat16', 'int8']"),
+  ],
+)
+def test_comm_fields(fields, line):
+  c = test_config.get_config()
+  for k, v in fields.items():
+    setattr(c.comm, k, v)
+  assert config_validation.errors(c) == [line]
+
+
+def test_compression_only_for_cocod_sgd():
+  c = test_config.get_config()
+  c.algorithm.name, c.comm.dtype = 'local_sgd', 'int8'
+  (line,) = config_validation.errors(c)
+  assert line.startswith("comm.dtype='int8' with comm.error_feedback=False is invalid with "
+                         "algorithm.name='local_sgd'")  # fmt: skip

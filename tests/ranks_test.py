@@ -50,6 +50,8 @@ EPOCHS, BATCH = 3, 5
 # Period 2 (AsynLocal-SGD's k_i = 2 C_i makes its shards 10 C_i like everyone's); CoCoD-SGD's 3
 # puts a round across every epoch end (2 steps an epoch), which the resume case needs.
 PERIODS = {'cocod_sgd': 3}
+# CoCoD-SGD with a compressed snapshot allreduce (comm.dtype, error feedback, workers per rank).
+COMPRESSED = {'int8_ef_2x2': ('int8', True, 2), 'bf16_2x4': ('bfloat16', False, 4)}
 
 
 def _env():
@@ -113,6 +115,14 @@ def launch(tmp_path_factory):
   resumed.num_epochs = 2
   cases['resumed'] = (resumed, {'then_epochs': EPOCHS})
   cases['diverged'] = (_diverging_config(root / 'diverged'), {})
+  for name, (dtype, feedback, width) in COMPRESSED.items():
+    c, _, _ = _exact_case(root / name, 'cocod_sgd', width)
+    c.comm.dtype, c.comm.error_feedback, c.mpi.workers_per_rank = dtype, feedback, width
+    cases[name] = (c, {})
+  resumed, _, _ = _exact_case(root / 'int8_resumed', 'cocod_sgd', 2)
+  resumed.comm.dtype, resumed.comm.error_feedback, resumed.mpi.workers_per_rank = 'int8', True, 2
+  resumed.num_epochs = 2
+  cases['int8_resumed'] = (resumed, {'then_epochs': EPOCHS})
   listed = []
   for name, (c, extra) in cases.items():
     config_validation.validate(c)
@@ -244,3 +254,37 @@ def test_workers_per_rank():
     'mpi.workers_per_rank=3 is invalid for num_workers=2; allowed: 0 (num_workers / the MPI '
     'ranks) or a divisor of 2',
   ]
+
+
+@pytest.mark.parametrize('name', sorted(COMPRESSED))
+def test_compressed_ranks_equal_one_host(tmp_path, launch, name):
+  # The one-host cluster sends one message per group of mpi.workers_per_rank workers, as the
+  # ranks do, and adds the decoded messages in the same order.
+  c, extra = launch[name]
+  got = _params(extra['workdir'])
+  one = c.copy_and_resolve_references()
+  one.backend = 'one_host'
+  res = train.train_and_evaluate(one, str(tmp_path / 'one'))
+  for k, v in _params(tmp_path / 'one').items():
+    np.testing.assert_allclose(got[k], v, rtol=1e-6, atol=1e-7, err_msg=k)
+  # The compression is in the numbers: the float32 run of the same layout ends elsewhere.
+  plain = _params(launch[f'cocod_sgd_2x{COMPRESSED[name][2]}'][1]['workdir'])
+  assert not np.allclose(got['params/Dense_0/kernel'], plain['params/Dense_0/kernel'], rtol=1e-6)
+  # What a sender sends a round: 18 values (5 x 3 + 3), 1 or 2 bytes each, 2 float32 scales,
+  # and under MPI one float32 divergence flag per worker of the cluster.
+  mpi_res = results_schema.load_results(os.path.join(extra['workdir'], 'results.json'))
+  dtype, _, width = COMPRESSED[name]
+  payload = 18 + 8 if dtype == 'int8' else 36
+  assert res['snapshot_allreduce']['payload_bytes'] == payload
+  assert mpi_res['snapshot_allreduce']['payload_bytes'] == payload + 4 * 2 * width
+  assert 0 < res['snapshot_allreduce']['update_rel_error'] < 0.05
+
+
+def test_compressed_resume_is_exact(launch):
+  # The reference (the last average) and the rank's rounding error travel in the checkpoint.
+  workdir = launch['int8_resumed'][1]['workdir']
+  case = json.loads(open(os.path.join(workdir, 'case.json')).read())
+  assert case['resumed'] == [None, 4]
+  straight, resumed = _params(launch['int8_ef_2x2'][1]['workdir']), _params(workdir)
+  for k in straight:
+    np.testing.assert_array_equal(resumed[k], straight[k], err_msg=k)

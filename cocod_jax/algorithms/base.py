@@ -92,6 +92,10 @@ class Algorithm:
     """Takes back `state_dict()`'s arrays, already placed on the cluster's devices."""
     del tree
 
+  def summary(self) -> dict | None:
+    """Figures of the algorithm's own for results.json (None: none)."""
+    return None
+
   def worker_steps(self, t: int) -> list[int]:
     """Each worker's local step counter before global step `t` (one local step per step)."""
     return [t] * self.cluster.num_workers
@@ -101,11 +105,13 @@ class Algorithm:
   def closes_round(self, t: int) -> bool:
     return t + 1 == self.round_end
 
-  def start(self, tree, label: str, t: int):
+  def start(self, tree, label: str, t: int, via=None):
     """Starts a collective in the background. Under MPI its first part, the local mean over the
     rank's workers, runs on the rank's devices in line with the steps; sampled rounds wait for it
-    here, to time it (a `local_mean` span, communication that the main thread does not hide)."""
-    handle = self.cluster.start(tree, label, t, timed=self.tl.sampling)
+    here, to time it (a `local_mean` span, communication that the main thread does not hide).
+    `via(tree, label, t, timed)`: another collective than the cluster's weighted average."""
+    via = via or (lambda tree, label, t, timed: self.cluster.start(tree, label, t, timed=timed))
+    handle = via(tree, label, t, self.tl.sampling)
     local = getattr(handle, 'local_span', None)
     if local is not None:
       self.tl.add('local_mean', 'local', *local, thread=timeline_lib.LOCAL, in_wait=False)

@@ -12,6 +12,9 @@ outer_sgd); those return, with the corrected x, the state that the next round se
 here), where the paper's snapshots the corrected x afresh.
 """
 
+import jax
+import numpy as np
+
 from cocod_jax import correction
 from cocod_jax import steps
 from cocod_jax.algorithms import base
@@ -24,6 +27,11 @@ class CoCoDSGD(base.RoundAlgorithm):
     super().__init__(ctx)
     self.pending = None  # (the snapshot average in flight or waited for, the snapshot)
     self.carried = None  # The state the next round sends (corrections other than the paper's).
+    # The compressed snapshot allreduce (comm.dtype, comm.error_feedback; compression.py).
+    self.codec = getattr(self.cluster, 'codec', None)
+    self.reference = None  # The last average: what the next message is taken against.
+    self.error = None  # This sender's rounding error (error feedback), on the worker axis.
+    self.stats, self.stat_sums, self.rounds, self.bytes = [], [0.0, 0.0, 0.0], 0, 0
 
   def step(self, state, data, t):
     if self.pending is None:  # Step I: snapshot, and its allreduce in the background.
@@ -33,12 +41,14 @@ class CoCoDSGD(base.RoundAlgorithm):
         else:
           snap, self.carried = self.carried, None
       label = 'the snapshot at the start of ' + self.round_label()
-      self.pending = (self.start(snap.snapshot, label, t), snap)
+      self.pending = (self._start(snap, label, t), snap)
     with self.tl.span('step', 'step'):  # Step II: the local steps.
       state, loss = self.tl.ready(self.cluster.local_step(state, data))
     if self.closes_round(t):
       handle, snap = self.pending
       averaged = self.wait(handle)
+      if not isinstance(handle, base.Waited):
+        averaged = self._arrived(averaged)
       with self.tl.span('correct', 'merge'):
         x = steps.synced_part(state, self.config)
         corrected, self.carried = self.cluster.correct(x, averaged, snap)
@@ -49,11 +59,79 @@ class CoCoDSGD(base.RoundAlgorithm):
   def drain(self, state):
     if self.pending is not None:
       handle, snap = self.pending
-      self.pending = (base.Waited(self.wait(handle, drain=True), handle.label), snap)
+      if not isinstance(handle, base.Waited):  # (a checkpoint may follow an epoch's end)
+        value = self._arrived(self.wait(handle, drain=True))
+        self.pending = (base.Waited(value, handle.label), snap)
     return state
+
+  # ------------------------------------------------------------------ the compressed allreduce
+
+  def _start(self, snap, label, t):
+    """Starts the round's snapshot average: the float32 one, or the compressed one against the
+    reference (outer_sgd's anchor, else the last average; in the first round every worker's
+    snapshot is x_0, so each is its own reference and sends zeros)."""
+    if self.codec is None:
+      return self.start(snap.snapshot, label, t)
+    ref = snap.anchor if snap.anchor is not None else self.reference
+    ref = snap.snapshot if ref is None else ref
+    self.bytes = self.bytes or self.cluster.payload_bytes(snap.snapshot)
+
+    def via(tree, label, t, timed):
+      return self.cluster.start_compressed(tree, ref, self.error, label, t, timed=timed)
+
+    return self.start(snap.snapshot, label, t, via=via)
+
+  def _arrived(self, value):
+    """The average out of a collective's value (the compressed one also brings the next error
+    and, on the one-host cluster, the rounding statistics)."""
+    if self.codec is None:
+      return value
+    averaged, self.error, stats = value
+    self.reference = averaged
+    self.rounds += 1
+    if stats is not None:
+      self.stats.append(stats)
+    return averaged
+
+  def _fold_stats(self):
+    if self.stats:  # An explicit transfer, at a checkpoint or the end (never inside a round).
+      sums = np.sum(np.asarray(jax.device_get(self.stats), np.float64), axis=0)
+      self.stat_sums = [a + float(b) for a, b in zip(self.stat_sums, sums)]
+      self.stats = []
+
+  def summary(self):
+    """The compressed allreduce's figures for results.json (None for the float32 one)."""
+    if self.codec is None:
+      return None
+    self._fold_stats()
+    err, update, model = self.stat_sums
+    out = {
+      'dtype': self.codec.dtype,
+      'error_feedback': self.codec.error_feedback,
+      'rounds': self.rounds,
+      'payload_bytes': self.bytes,  # What one sender sends a round (the payload, scales and
+      # flags as handed to MPI; on the one-host cluster the payload and scales it would send).
+    }
+    if update > 0:  # Only the one-host cluster computes the float32 average beside it.
+      out['update_rel_error'] = (err / update) ** 0.5
+      out['model_rel_error'] = (err / model) ** 0.5
+    return out
+
+  def host_state(self) -> dict:
+    self._fold_stats()
+    return {**super().host_state(), 'compression': [self.stat_sums, self.rounds, self.bytes]}
+
+  def load_host_state(self, d: dict):
+    super().load_host_state(d)
+    if 'compression' in d:
+      self.stat_sums, self.rounds, self.bytes = d['compression']
 
   def state_dict(self):
     tree = {}
+    if self.reference is not None:
+      tree['reference'] = self.reference
+    if self.error is not None:
+      tree['error'] = self.error
     if self.pending is not None:
       waited, snap = self.pending
       tree['average'] = waited.value
@@ -68,6 +146,7 @@ class CoCoDSGD(base.RoundAlgorithm):
 
   def load_state_dict(self, tree):
     tx = self.cluster.correction
+    self.reference, self.error = tree.get('reference'), tree.get('error')
     if 'average' in tree:
       label = 'the snapshot of the round in progress at the restart'
       snap = {'snapshot': tree['snapshot'], **tree.get('round', {})}

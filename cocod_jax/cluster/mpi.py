@@ -51,6 +51,7 @@ import numpy as np
 
 from cocod_jax import config_files
 from cocod_jax.cluster import background
+from cocod_jax.cluster import mpi_compressed
 from cocod_jax.cluster import one_host
 
 STAGINGS = ('host', 'device')
@@ -321,6 +322,41 @@ class MPICommunicator:
     job = self._worker.submit(reduce_, label, step)
     job.local_span = local_span
     return job
+
+  def _coder(self, tree, codec) -> mpi_compressed.Coder:
+    leaves, treedef = jax.tree.flatten(tree)
+    key = ('compressed', codec, treedef, *[(x.shape, x.dtype) for x in leaves])
+    coder = self._packers.get(key)
+    if coder is None:
+      coder = self._packers[key] = mpi_compressed.Coder(
+        tree, self._weights, self.workers, self._num_slots, self.size, self.sharding, codec
+      )
+    return coder
+
+  def start_compressed(self, tree, ref, error, codec, label='', step=-1, timed=False):
+    """Starts CoCoD-SGD's compressed snapshot average (`cluster/mpi_compressed.py`) of `tree`
+    against `ref` with this rank's `error` (None: zeros); `wait` returns (the average, the next
+    error or None, None)."""
+    coder = self._coder(tree, codec)
+    if timed:
+      jax.block_until_ready((tree, ref, error))
+      begin = time.perf_counter()
+    payloads, scales, next_error, bad = coder.encode(tree, ref, error)
+    local_span = None
+    if timed:
+      jax.block_until_ready(payloads)
+      local_span = (begin, time.perf_counter())
+
+    def reduce_(job):
+      return coder.exchange(self._comm, job, payloads, scales, bad, ref), next_error, None
+
+    job = self._worker.submit(reduce_, label, step)
+    job.local_span = local_span
+    return job
+
+  def compressed_bytes(self, tree, codec) -> int:
+    """Bytes this rank hands to MPI for one compressed average of `tree`."""
+    return self._coder(tree, codec).payload_bytes
 
   def wait(self, job):
     """The averaged tree of `job`; raises CommTimeout, CommError or Diverged instead of hanging."""

@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from cocod_jax import compression
 from cocod_jax import correction
 from cocod_jax import steps as steps_lib
 from cocod_jax.cluster import background
@@ -108,6 +109,74 @@ def _weighted_total(tree, w):
   """`weighted_sum`, broadcast back to every worker; and the bad workers."""
   total, bad = weighted_sum(tree, w)
   return jax.tree.map(lambda t, a: jnp.broadcast_to(t, a.shape), total, tree), bad
+
+
+def encode_sender(leaves, ref_leaves, error_row, w, codec: compression.Codec):
+  """One sender's compressed message (`compression.py`): its workers' `w_i (s_i - r)` summed in
+  worker order, plus its error. The one place both runtimes build a message (pure, jittable).
+
+  Args:
+    leaves: the sender's workers' snapshot leaves, [W, ...] each.
+    ref_leaves: the reference, [W, ...] (every row alike: the first is used).
+    error_row: the sender's error leaves (no worker axis), or None without error feedback.
+    w: [W] weights.
+    codec: the wire format.
+
+  Returns:
+    (payloads, [L] scales, the values they decode to, the next error leaves or None, [W] flags
+    of the workers whose snapshot holds NaN or Inf).
+  """
+  delta = [a - r[0] for a, r in zip(leaves, ref_leaves)]
+  partial, bad = weighted_sum(delta, w)
+  return (*compression.encode(partial, error_row, codec), bad)
+
+
+def average_of(decoded_by_sender, ref_leaves):
+  """The average `r + sum over senders of what they sent`, senders in rank order (pure)."""
+  return [r[0] + t for r, t in zip(ref_leaves, compression.total(decoded_by_sender))]
+
+
+def error_rows(errors, like, group: int):
+  """[N, ...] leaves holding each sender's error in the row of its first worker, zeros
+  elsewhere (pure): how the error is kept on the worker axis."""
+  out = []
+  for j, a in enumerate(like):
+    rows = jnp.zeros_like(a)
+    for g, err in enumerate(errors):
+      rows = rows.at[g * group].set(err[j])
+    out.append(rows)
+  return out
+
+
+def _compressed_total(tree, ref, error, w, codec, group):
+  """The compressed average of the one-host cluster: one message per `group` workers, as MPI
+  ranks of that many workers would send them; also the float32 average's rounding statistics
+  (`compression.error_stats`), and the next error (None without error feedback)."""
+  leaves, treedef = jax.tree.flatten(tree)
+  ref_leaves = jax.tree.leaves(ref)
+  n = leaves[0].shape[0]
+  decoded, errors, bad = [], [], []
+  for g in range(n // group):
+    part = slice(g * group, (g + 1) * group)
+    row = None if error is None else [e[g * group] for e in jax.tree.leaves(error)]
+    if row is None and codec.error_feedback:
+      row = [jnp.zeros(a.shape[1:], a.dtype) for a in leaves]
+    _, _, got, err, flags = encode_sender(
+      [a[part] for a in leaves], [r[part] for r in ref_leaves], row, w[part], codec
+    )
+    decoded.append(got)
+    errors.append(err)
+    bad.append(flags)
+  averaged = average_of(decoded, ref_leaves)
+  exact, _ = weighted_sum(leaves, w)
+  stats = compression.error_stats(averaged, exact, [r[0] for r in ref_leaves])
+  spread = lambda xs: jax.tree.unflatten(
+    treedef, [jnp.broadcast_to(x, a.shape) for x, a in zip(xs, leaves)]
+  )
+  new_error = None
+  if codec.error_feedback:
+    new_error = jax.tree.unflatten(treedef, error_rows(errors, leaves, group))
+  return (spread(averaged), new_error, stats), jnp.concatenate(bad)
 
 
 class StackedWorkers:
@@ -221,6 +290,15 @@ class OneHostCluster(StackedWorkers):
     super().__init__(fns, range(self.num_workers), weights, devices, tx)
     self._w = jax.device_put(np.asarray(weights, np.float32), self.replicated)
     self._total = jax.jit(_weighted_total, out_shardings=(self.sharded, self.replicated))
+    self.codec = compression.from_config(config) if hasattr(config, 'comm') else None
+    # Senders of the compressed snapshot allreduce: groups of mpi.workers_per_rank workers, as
+    # MPI ranks of that many workers would send (0: one worker each, a rank per worker).
+    self.group = getattr(getattr(config, 'mpi', None), 'workers_per_rank', 0) or 1
+    self._compressed = jax.jit(
+      _compressed_total,
+      static_argnums=(4, 5),
+      out_shardings=((self.sharded, self.sharded, self.replicated), self.replicated),
+    )
 
   def any(self, *flags: bool) -> tuple[bool, ...]:
     """For each flag, whether any process raised it (here: the one process)."""
@@ -237,6 +315,20 @@ class OneHostCluster(StackedWorkers):
     del blocking, timed  # Nothing runs in the background here, and nothing is timed.
     value, bad = self._total(jax.device_put(tree, self.replicated), self._w)
     return Done(value, bad, label, step)
+
+  def start_compressed(self, tree, ref, error, label='', step=-1, timed=False):
+    """Dispatches CoCoD-SGD's compressed snapshot average (`self.codec`, `compression.py`) of
+    `tree` against the reference `ref` with the senders' `error` (None: zeros); `wait`
+    returns (the average, the next error, [3] rounding statistics)."""
+    del timed  # Nothing is timed here.
+    args = (tree, ref, error, self._w, self.codec, self.group)
+    value, bad = self._compressed(*jax.device_put(args[:3], self.replicated), *args[3:])
+    return Done(value, bad, label, step)
+
+  def payload_bytes(self, tree) -> int:
+    """Bytes of one sender's compressed message of `tree` ([N, ...] leaves)."""
+    shapes = [a.shape[1:] for a in jax.tree.leaves(tree)]
+    return compression.payload_bytes(shapes, self.codec.dtype)
 
   def wait(self, handle: Done):
     """The average of a started collective; raises Diverged if a contribution was not finite."""

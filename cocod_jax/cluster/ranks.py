@@ -33,6 +33,7 @@ import time
 import jax
 import numpy as np
 
+from cocod_jax import compression
 from cocod_jax import correction
 from cocod_jax import steps as steps_lib
 from cocod_jax.cluster import mpi
@@ -158,11 +159,20 @@ class RanksCluster(one_host.StackedWorkers):
       sharding=self.sharded,
     )
     self._w = np.asarray([weights[i] for i in self.workers])
+    self.codec = compression.from_config(config)
     self.start, self.wait, self.weighted_mean = (
       self.comm.start,
       self.comm.wait,
       self.comm.weighted_mean,
     )
+
+  def start_compressed(self, tree, ref, error, label='', step=-1, timed=False):
+    """CoCoD-SGD's compressed snapshot average (`compression.py`): a message per rank."""
+    return self.comm.start_compressed(tree, ref, error, self.codec, label, step, timed)
+
+  def payload_bytes(self, tree) -> int:
+    """Bytes this rank hands to MPI for one compressed snapshot average."""
+    return self.comm.compressed_bytes(tree, self.codec)
 
   def any(self, *flags: bool) -> tuple[bool, ...]:
     """For each flag, whether any rank raised it (one control-traffic allreduce: every rank
