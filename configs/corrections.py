@@ -20,6 +20,9 @@ c100_r18), `seed`, `timing` (true: the real-MPI run of `scales.timed`, 2 ranks o
 - `outer_sgd_mild`: outer lr 1 and Nesterov momentum 0.5, the nearest outer step to `cocod`
   that still has momentum.
 
+- `cocod_bf16`, `cocod_int8`, `cocod_int8_ef`: the paper's correction with the snapshot
+  allreduce in bfloat16, in int8, and in int8 with error feedback (`comm.dtype`).
+
 None is tuned on these runs: the settings are the published ones, fixed before the runs.
 """
 
@@ -52,6 +55,16 @@ VARIANTS = {
     },
   ),
 }
+# The snapshot allreduce compressed (compression.py), with the paper's correction. On the one-host
+# cluster every worker is a sender (the paper's 16 GPUs, each its own rank); the timing runs send
+# one message per rank of 8 workers.
+VARIANTS.update(
+  {
+    'cocod_bf16': ('cocod_sgd', {'comm.dtype': 'bfloat16'}),
+    'cocod_int8': ('cocod_sgd', {'comm.dtype': 'int8'}),
+    'cocod_int8_ef': ('cocod_sgd', {'comm.dtype': 'int8', 'comm.error_feedback': True}),
+  }
+)
 REFERENCE = 'ssgd'  # The variant every other is paired with.
 
 
