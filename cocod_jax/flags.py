@@ -71,6 +71,12 @@ def define_experiment_flags() -> None:
   flags.DEFINE_integer('seeds', 0, 'Seeds per cell; 0: the registered ones (configs/scales.py).')
   flags.DEFINE_string('data_dir', '', 'TFDS data dir for CIFAR (paper scale).')
   flags.DEFINE_string('task', 'c100_r18', 'The ablation: the Table 1 column it runs on.')
+  flags.DEFINE_list(
+    'timing_links',
+    [],
+    'The corrections experiment: the links of its timing runs (RATE[/BURST'
+    '[/MTU]] each, see --link_rate); empty: the accuracy runs alone.',
+  )
 
 
 def define_prepare_data_flags(datasets) -> None:

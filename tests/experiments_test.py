@@ -13,6 +13,7 @@ from cocod_jax import flags as cocod_flags
 from cocod_jax import timeline
 from cocod_jax.experiments import accuracy
 from cocod_jax.experiments import common
+from cocod_jax.experiments import corrections
 from cocod_jax.experiments import correctness
 from configs import scales
 
@@ -235,3 +236,43 @@ def test_ablation_variants_change_one_thing():
     assert {k: v for k, v in got.items() if not isinstance(v, dict)} == {
       k: v for k, v in base.items() if not isinstance(v, dict)
     }  # fmt: skip
+
+
+def _variant_point(variant, seed, final, times=(1.0, 2.0), state='DONE', extra=None):
+  accs = (final / 100 - 0.02, final / 100)
+  epochs = [{'epoch': e + 1, 'test_accuracy': a, 'train_loss': 1.0, 'train_time_s': t}
+            for e, (a, t) in enumerate(zip(accs, times))]  # fmt: skip
+  results = {'status': 'completed' if state == 'DONE' else 'diverged', 'epochs': epochs,
+             'final': {'test_accuracy': final / 100}, **(extra or {})}  # fmt: skip
+  arg = {'variant': variant, 'algo': variant, 'task': 'c100_r18', 'seed': str(seed)}
+  return common.Point(arg, state, f'points/{variant}.s{seed}', 'h', results)
+
+
+def test_corrections_rows_and_rendering(flags_parsed):
+  # Without final models on disk the pairs are by seed: S-SGD 80, 81, 82; cocod 1 point lower
+  # each seed (worse: the interval lies below -0.5), int8 the same as S-SGD +- 0.01
+  # (equivalent), outer_sgd with a diverged seed (no verdict).
+  squeezed = {'snapshot_allreduce': {'payload_bytes': 5455, 'update_rel_error': 0.01,
+                                     'model_rel_error': 0.001}}  # fmt: skip
+  points = [_variant_point('ssgd', s, 80.0 + s) for s in range(3)]
+  points += [_variant_point('cocod', s, 79.0 + s) for s in range(3)]
+  points += [_variant_point('cocod_int8', s, 80.0 + s + 0.01 * (-1) ** s, extra=squeezed)
+             for s in range(3)]  # fmt: skip
+  points += [_variant_point('outer_sgd', 0, 10.0, state='DIVERGED')]
+  rows, arrays = corrections.accuracy_rows(points, 'c100_r18')
+  by = {r['variant']: r for r in rows}
+  assert by['cocod']['verdict'] == 'worse' and by['cocod']['difference'] == pytest.approx(-1.0)
+  assert by['cocod_int8']['verdict'] == 'equivalent' and by['cocod_int8']['payload_bytes'] == 5455
+  assert by['outer_sgd']['verdict'] == 'diverged' and by['outer_sgd']['diverged'] == 1
+  assert by['reset']['verdict'] == 'no pairs' and arrays == {}  # No final models: no bits.
+  # Timing: target 80.5; S-SGD reaches it at 4 s, int8 at 2 s (2x), cocod never.
+  timed = [_variant_point('ssgd', 0, 81.0, times=(2.0, 4.0)),
+           _variant_point('cocod', 0, 80.0, times=(1.0, 2.0)),
+           _variant_point('cocod_int8', 0, 81.0, times=(1.0, 2.0), extra=squeezed)]  # fmt: skip
+  trows = {r['variant']: r for r in corrections.timing_rows(timed, 80.5)}
+  assert trows['cocod_int8']['speedup'] == pytest.approx(2.0)
+  assert trows['cocod']['time_s'] is None and trows['ssgd']['epoch_s'] == pytest.approx(2.0)
+  text = corrections.render('c100_r18', rows, [80.0, 81.0, 82.0], {'3mbit': list(trows.values())},
+                            80.5)  # fmt: skip
+  assert '| cocod | 3 | 80.00 | -1.00 |' in text and 'diverged (1 of 1 diverged)' in text
+  assert '| cocod | 80.00 | not reached |' in text and '| 2.00x |' in text

@@ -57,6 +57,30 @@ def test_table_verdicts_follow_from_the_committed_correctness(name):
     assert again.difference == pytest.approx(check['difference'], abs=1e-9)
 
 
+def test_correction_verdicts_follow_from_the_committed_correctness():
+  path = os.path.join(FOLDER, 'corrections.json')
+  if not os.path.exists(path):
+    pytest.skip(f'{path} not made yet')
+  with open(path) as f:
+    data = json.load(f)
+  with np.load(os.path.join(FOLDER, 'corrections_correct.npz')) as f:
+    bits = correctness.unpack(f)
+  reference = bits['ssgd']
+  np.testing.assert_allclose(100.0 * reference.mean(axis=1), data['reference_final'], atol=1e-3)
+  checked = 0
+  for row in data['accuracy']:
+    if row.get('paired_by') != 'seed and test example':
+      continue
+    a = bits[row['variant']]
+    np.testing.assert_allclose(100.0 * a.mean(axis=1), row['final'], atol=1e-3)
+    b = reference[[data['reference_seeds'].index(s) for s in row['pairs']]]
+    again = stats.compare(a, b)
+    assert (again.verdict, again.seeds) == (row['verdict'], row['seeds']), row['variant']
+    assert again.difference == pytest.approx(row['difference'], abs=1e-9)
+    checked += 1
+  assert checked >= 1
+
+
 def test_artefacts_name_a_commit_of_this_repository():
   for name in readme.ARTEFACTS:
     path = os.path.join(FOLDER, f'{name}.json')

@@ -49,6 +49,7 @@ class Point:
   directory: str
   hash: str
   results: dict | None
+  wall_s: float | None = None  # The run's wall time, as the runner recorded it.
 
   @property
   def best(self) -> float | None:
@@ -71,9 +72,10 @@ def hardware() -> str:
   )
 
 
-def run(experiment, arg: str, timing: bool = False) -> list[Point] | None:
+def run(experiment, arg: str, timing: bool = False, link: str | None = None) -> list[Point] | None:
   """Completes the sweep of the experiment file `experiment` (a module of configs/) with the
-  sweep argument `arg`, and returns its points.
+  sweep argument `arg`, and returns its points. Timing sweeps run on `link` (default
+  --link_rate).
 
   None when the sweep did not run (a dry run, a Slurm submission): the runner has printed what
   it would do, and the artefact is not rendered.
@@ -86,7 +88,7 @@ def run(experiment, arg: str, timing: bool = False) -> list[Point] | None:
     dry_run=FLAGS.dry_run,
     report_only=FLAGS.report_only,
     retry_failed=FLAGS.retry_failed,
-    link_rate=FLAGS.link_rate if timing else '',
+    link_rate=(FLAGS.link_rate if link is None else link) if timing else '',
     overrides={'data_dir': FLAGS.data_dir} if FLAGS.data_dir else {},
   )
   try:
@@ -96,7 +98,9 @@ def run(experiment, arg: str, timing: bool = False) -> list[Point] | None:
   if FLAGS.dry_run or FLAGS.launcher == 'slurm':
     return None
   return [
-    Point(parse_arg(r['config_arg']), r['state'], r['dir'], r['hash'], r.get('results'))
+    Point(
+      parse_arg(r['config_arg']), r['state'], r['dir'], r['hash'], r.get('results'), r.get('wall_s')
+    )  # fmt: skip
     for r in records
   ]
 
@@ -132,8 +136,12 @@ def provenance(points: list[Point], backend: str) -> dict:
     'command': provenance_lib.command(),
     'hardware': hardware(),
     'backend': backend,
+    # The runs' wall time as the runner recorded it (their sum: the compute the artefact took,
+    # whatever ran side by side); None for runs recorded before the runner kept it.
+    'runs_wall_s': round(sum(p.wall_s or 0.0 for p in points), 1),
     'points': [
-      {'arg': p.arg, 'dir': p.directory, 'hash': p.hash, 'state': p.state} for p in points
+      {'arg': p.arg, 'dir': p.directory, 'hash': p.hash, 'state': p.state, 'wall_s': p.wall_s}
+      for p in points
     ],
   }
 

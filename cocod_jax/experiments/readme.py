@@ -19,15 +19,17 @@ from cocod_jax import provenance
 BEGIN = '<!-- results: rendered by python -m cocod_jax.experiments.readme; do not edit -->'
 END = '<!-- end of results -->'
 FOLDER = os.path.join('docs', 'paper-cpu')
-ARTEFACTS = ('table1', 'table2', 'fig2', 'fig5', 'fig3', 'fig6', 'ablation')
+ARTEFACTS = ('table1', 'table2', 'fig2', 'fig5', 'fig3', 'fig6', 'ablation', 'corrections')
 
 
 def _provenance_line(data: dict) -> str:
   commit = str(data.get('commit', 'unknown'))[:12]
   dirty = {True: ', tree dirty', False: ', tree clean'}.get(data.get('dirty'), '')
   points = len(data.get('points', []))
+  wall = data.get('runs_wall_s')
+  wall = f' ({wall / 60:.0f} min of runs in all)' if wall else ''
   return (
-    f'*Artefact `{FOLDER}/{{name}}.json`: commit {commit}{dirty}; {points} runs; '
+    f'*Artefact `{FOLDER}/{{name}}.json`: commit {commit}{dirty}; {points} runs{wall}; '
     f'`{data.get("command", "?")}`; {data.get("hardware", "?")}.*'
   )
 
