@@ -23,6 +23,8 @@ results.json:
   timing            MPI runs: measured Tp, Tc (the allreduce between ranks), Tl (the local
                     mean over a rank's workers), local_s, comm_s (both parts), exposed
                     communication, hidden_fraction, per rank and combined (optional)
+  period_auto       runs with algorithm.period='auto': Tp_s, Tc_s, r, the chosen k, its cap,
+                    samples, each rank's [Tp_s, Tc_s], source (period_auto.py; optional)
 
 An epoch record: epoch (int, from 0), train_loss, test_loss, test_accuracy (0..1) and
 train_time_s (seconds of training so far, evaluation excluded).
@@ -59,6 +61,7 @@ OPTIONAL_FIELDS = {
   'diverged': dict,
   'timing': dict,
   'layout': dict,
+  'period_auto': dict,
 }
 STATUSES = ('completed', 'diverged')
 BACKENDS = ('one_host', 'mpi')
