@@ -15,12 +15,14 @@ training step, on every rank:
   copy is thrown away, and the batch table is a pure function of (seed, epoch, worker), so the
   training that follows is exactly a run with `period=k` (no random stream moves, no data is
   consumed). The shapes are training's, so the step compiles here once and not again.
-- `Tc`: the median of SAMPLES blocking allreduces of the synced part (`steps.synced_part`) through
-  the run's own communicator, each after a barrier, after one untimed warm-up; the `allreduce`
-  span, as the timeline's `Tc` (the cross-rank part, without the local mean).
+- `Tc`: SAMPLES blocking allreduces of the synced part (`steps.synced_part`) through the run's
+  own communicator, each after a barrier, after one untimed warm-up; the `allreduce` span, as the
+  timeline's `Tc` (the cross-rank part, without the local mean).
 
-Every rank's medians are gathered, and `k` comes from the largest `Tp` and `Tc` over the ranks
-(the slowest rank sets the round), so that all ranks take the same k from the same numbers.
+Every rank's figures are gathered: `Tp` is the largest rank's median (the slowest rank sets the
+round), `Tc` the median over the allreduces of each one's shortest span over the ranks (a rank
+that left the barrier early waits inside the allreduce for the last one: its span is not the
+allreduce's time; `timeline.collective_time`), so that all ranks take k from the same numbers.
 
 Only where the time is real: `backend='mpi'` (the one-host cluster emulates communication by
 copies), and only for the algorithms with a period of one length for everyone (SUPPORTED):
@@ -101,8 +103,8 @@ def _median_step_s(cluster, state, data) -> float:
   return statistics.median(times[1:])
 
 
-def _median_allreduce_s(cluster, tree) -> float:
-  """Median seconds of the allreduce span of a blocking average of `tree` (after a warm-up)."""
+def _allreduce_spans_s(cluster, tree) -> list[float]:
+  """Seconds of the allreduce span of SAMPLES blocking averages of `tree` (after a warm-up)."""
   times = []
   for _ in range(SAMPLES + 1):
     cluster.barrier()
@@ -110,7 +112,7 @@ def _median_allreduce_s(cluster, tree) -> float:
     jax.block_until_ready(cluster.wait(handle))
     start, end = handle.span
     times.append(end - start)
-  return statistics.median(times[1:])
+  return times[1:]
 
 
 def measure(cluster, config, state, data) -> dict:
@@ -123,13 +125,17 @@ def measure(cluster, config, state, data) -> dict:
     data: the placed `WorkerData` with one epoch's batches.
 
   Returns:
-    {'Tp_s', 'Tc_s' (the largest over the ranks), 'k', 'cap', 'samples', 'ranks' (each rank's
-    [Tp_s, Tc_s]), 'source': 'measured'}.
+    {'Tp_s' (the largest over the ranks), 'Tc_s', 'r', 'k', 'cap', 'samples', 'ranks' (each
+    rank's [Tp_s, Tc_s], its own medians), 'source': 'measured'}.
   """
   tp = _median_step_s(cluster, state, data)
-  tc = _median_allreduce_s(cluster, steps_lib.synced_part(state, config))
-  ranks = cluster.allgather([tp, tc])
-  tp_all, tc_all = max(r[0] for r in ranks), max(r[1] for r in ranks)
+  spans = _allreduce_spans_s(cluster, steps_lib.synced_part(state, config))
+  everyone = cluster.allgather([tp, spans])
+  ranks = [[t, statistics.median(s)] for t, s in everyone]
+  tp_all = max(r[0] for r in ranks)
+  # Per allreduce the shortest span over the ranks: the last rank to arrive waited for no one
+  # (timeline.collective_time); then their median.
+  tc_all = statistics.median(min(s[i] for _, s in everyone) for i in range(SAMPLES))
   return dict(
     Tp_s=tp_all,
     Tc_s=tc_all,
@@ -171,7 +177,7 @@ def describe(figures: dict, workdir: str) -> str:
   """One line for the console."""
   r = figures['Tc_s'] / figures['Tp_s']
   how = (
-    f'median of {figures["samples"]} on each rank, the slowest rank'
+    f'medians of {figures["samples"]}, Tp of the slowest rank'
     if figures['source'] == 'measured'
     else f'as measured before, from {os.path.join(workdir, FILE)}'
   )
