@@ -35,6 +35,7 @@ for more epochs) takes k from that file instead of measuring again, so a run kee
 checkpoint also records its k (`train.resume` refuses another).
 """
 
+import copy
 import json
 import math
 import os
@@ -45,6 +46,7 @@ import jax
 
 from cocod_jax import files
 from cocod_jax import steps as steps_lib
+from cocod_jax import workdir as workdir_lib
 
 AUTO = 'auto'
 MAX_PERIOD = 32  # The cap on the chosen k (a link so slow that k would exceed it is logged so).
@@ -75,8 +77,6 @@ def choose_period(tp_s: float, tc_s: float, cap: int = MAX_PERIOD) -> int:
 
 def with_period(config, k: int):
   """A copy of `config` with `algorithm.period=k` (what the algorithms and schedules read)."""
-  import copy  # pylint: disable=g-import-not-at-top
-
   out = copy.deepcopy(config)  # Keeps the field's `object` type (copy_and_resolve would not).
   with out.unlocked():
     out.algorithm.period = int(k)
@@ -169,7 +169,8 @@ def resolve(cluster, config, state, data, workdir: str) -> dict:
     return dict(stored, source='stored')
   figures = measure(cluster, config, state, data)
   if cluster.is_chief:
-    files.write_json_atomic(os.path.join(workdir, FILE), {**figures, 'source': 'measured'})
+    with workdir_lib.writing(FILE, workdir):  # A full disk: one line, as for the results.
+      files.write_json_atomic(os.path.join(workdir, FILE), figures)
   return figures
 
 
