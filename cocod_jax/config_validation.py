@@ -18,6 +18,7 @@ from cocod_jax import correction
 from cocod_jax import errors as errors_lib
 from cocod_jax import input_pipeline
 from cocod_jax import models
+from cocod_jax import period_auto
 from cocod_jax import schedules
 from cocod_jax import steps
 from cocod_jax.cluster import mpi
@@ -54,7 +55,7 @@ def _run_fields(config, v: _Checks) -> None:
   """The algorithm, the runtimes and the run's own bookkeeping."""
   a, c, k = config.algorithm, config.comm, config.checkpoint
   v.check(a.name in algorithms.ALGORITHMS, 'algorithm.name', a.name, list(algorithms.ALGORITHMS))
-  v.integer('algorithm.period', a.period, 1)
+  _period_field(config, v)
   v.integer('algorithm.warmup_period_epochs', a.warmup_period_epochs, 0)
   _correction_fields(a, v)
   v.check(c.dtype in compression.DTYPES, 'comm.dtype', c.dtype, list(compression.DTYPES))
@@ -86,6 +87,26 @@ def _run_fields(config, v: _Checks) -> None:
   v.integer('num_workers', config.num_workers, 1)
   v.integer('num_epochs', config.num_epochs, 1)
   v.integer('seed', config.seed, 0)
+
+
+def _period_field(config, v: _Checks) -> None:
+  """k >= 1, or 'auto' where a measured time can choose it (period_auto.py)."""
+  k, name, auto = config.algorithm.period, config.algorithm.name, period_auto.AUTO
+  if k != auto:
+    v.check(_is_int(k) and k >= 1, 'algorithm.period', k, f"an integer >= 1, or '{auto}'")
+  elif config.backend != 'mpi':
+    v.out.append(
+      f"algorithm.period='{auto}' is invalid with backend={config.backend!r}: k is chosen from "
+      'measured step and allreduce times, and the one-host cluster has no real communication '
+      "time; allowed: backend='mpi', or algorithm.period an integer >= 1"
+    )
+  elif name not in period_auto.SUPPORTED:
+    v.out.append(
+      f"algorithm.period='{auto}' is invalid with algorithm.name={name!r} (no period of one "
+      "length for every worker to choose: S-SGD and Pipe-SGD have none, AsynLocal-SGD's shards "
+      f'depend on it); allowed: algorithm.name in {list(period_auto.SUPPORTED)}, or '
+      'algorithm.period an integer >= 1'
+    )
 
 
 def _learning_fields(config, v: _Checks) -> None:

@@ -28,6 +28,8 @@ results.json:
                     on the one-host cluster update_rel_error and model_rel_error (the rounding
                     error of the average against the float32 one, relative to the round's
                     update and to the model; root of the sums over rounds) (optional)
+  period_auto       runs with algorithm.period='auto': Tp_s, Tc_s, r, the chosen k, its cap,
+                    samples, each rank's [Tp_s, Tc_s], source (period_auto.py; optional)
 
 An epoch record: epoch (int, from 0), train_loss, test_loss, test_accuracy (0..1) and
 train_time_s (seconds of training so far, evaluation excluded).
@@ -65,6 +67,7 @@ OPTIONAL_FIELDS = {
   'timing': dict,
   'layout': dict,
   'snapshot_allreduce': dict,
+  'period_auto': dict,
 }
 STATUSES = ('completed', 'diverged')
 BACKENDS = ('one_host', 'mpi')

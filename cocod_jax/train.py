@@ -30,6 +30,7 @@ from cocod_jax import checkpoints
 from cocod_jax import files
 from cocod_jax import input_pipeline
 from cocod_jax import models
+from cocod_jax import period_auto
 from cocod_jax import schedules
 from cocod_jax import steps as steps_lib
 from cocod_jax import timeline as timeline_lib
@@ -85,6 +86,23 @@ def make_plan(config, dataset) -> Plan:
     fns,
     lr_fn,
   )
+
+
+def resolve_period(config, workdir, plan: Plan, cluster, data, state):
+  """(the config the algorithm runs with, the figures of k or None): with
+  `algorithm.period='auto'`, k measured here on epoch 1's batches, before the first step, or
+  taken from an earlier run in `workdir` (period_auto.py); `config` itself otherwise."""
+  if not period_auto.is_auto(config):
+    return config, None
+  here, width = cluster.workers, batch_width(cluster, plan)
+  probe = data._replace(
+    batches=cluster.put({i: batch_table(config, plan, 1, i, width) for i in here}),
+    first_step=cluster.put({i: np.int32(0) for i in here}),
+  )
+  figures = period_auto.resolve(cluster, config, state, probe, workdir)
+  if cluster.is_chief:
+    print(period_auto.describe(figures, workdir), flush=True)
+  return period_auto.with_period(config, figures['k']), figures
 
 
 def make_cluster(config, plan: Plan):
@@ -177,8 +195,9 @@ class Recorder:
   the end or on divergence), metrics.jsonl (one line per epoch), TensorBoard scalars, the console.
   """
 
-  def __init__(self, workdir, config, plan: Plan, cluster, dataset, records=()):
+  def __init__(self, workdir, config, plan: Plan, cluster, dataset, records=(), auto=None):
     self.workdir, self.num_epochs = workdir, config.num_epochs
+    ran = period_auto.with_period(config, auto['k']) if auto else config
     self.enabled = cluster.is_chief
     self.records = list(records)  # Continued from a checkpoint when resuming.
     self.results = dict(
@@ -189,10 +208,12 @@ class Recorder:
       steps_per_epoch=plan.steps_per_epoch,
       train_examples=len(dataset.y_train),
       test_examples=len(dataset.y_test),  # Tables judge accuracy gaps against this resolution.
-      workers=schedules.worker_table(config),
+      workers=schedules.worker_table(ran),
       layout=cluster.layout(),
       epochs=self.records,
     )
+    if auto:  # `config` keeps period='auto' (the sweep's hashes); k and its inputs are here.
+      self.results['period_auto'] = auto
     waiting = [w for w in self.results['workers'] if w['idle_fraction_model'] > 0]
     if waiting and self.enabled:
       shares = ', '.join(f'{w["idle_fraction_model"]:.0%}' for w in waiting)
@@ -327,6 +348,7 @@ def save_checkpoint(run: Run, state, pos: Position):
     algo=run.algo.host_state(),
     timeline=run.tl.state_dict(),
     rank=run.cluster.rank,
+    period=run.algo.config.algorithm.period,  # k, also where algorithm.period='auto'.
     workers=run.cluster.workers,  # The part's arrays hold these workers on their leading axis.
   )
   with jax.transfer_guard('allow'), workdir_lib.writing('a checkpoint', run.out.workdir):
@@ -366,6 +388,14 @@ def resume(run: Run):
     raise checkpoints.ResumeError(
       f'the checkpoint in {where} was made with another config ({"; ".join(diffs)}); rerun with '
       'the same config to continue it, or use another --workdir'
+    )
+  k = run.algo.config.algorithm.period
+  if meta.get('period', k) != k:  # period='auto' with WORKDIR/period_auto.json changed or gone.
+    record = os.path.join(os.path.dirname(ckpt.root), period_auto.FILE)
+    raise checkpoints.ResumeError(
+      f"the checkpoint in {where} was made with period k={meta['period']}, and this run's "
+      f'algorithm.period={run.config.algorithm.period!r} gives k={k}; put k={meta["period"]} '
+      f'back into {record} to continue it, or use another --workdir'
     )
   spe, epochs = run.plan.steps_per_epoch, run.config.num_epochs
   if meta['step'] > epochs * spe:  # Its model would be reported as a num_epochs run.
@@ -459,20 +489,21 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
 
 
 def _train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset):
-  plan = make_plan(config, dataset)
+  plan = make_plan(period_auto.plan_config(config), dataset)  # The same plan for every k.
   spe, epochs, c = plan.steps_per_epoch, config.num_epochs, config.checkpoint
   cluster = make_cluster(config, plan)
   tl = timeline_lib.Timeline(cluster.backend == 'mpi', cluster.rank, config.timeline.sample_every)
-  algo = algorithms.get(config.algorithm.name, algorithms.base.Context(cluster, config, tl, spe))
   data, state = place(cluster, config, plan, dataset)
   here, width = cluster.workers, batch_width(cluster, plan)
   cluster.preflight(config, state)
+  ran, auto = resolve_period(config, workdir, plan, cluster, data, state)
+  algo = algorithms.get(config.algorithm.name, algorithms.base.Context(cluster, ran, tl, spe))
   tests = test_batches(dataset, cluster.device)
   ckpt = checkpoints.Checkpointer(workdir, cluster.rank, cluster.processes, cluster.barrier, c.keep)
   guard = checkpoints.PreemptionGuard(c.preempt_deadline_s)
   run = Run(config, plan, cluster, algo, tl, ckpt, None, guard)
   state, pos, records = resume(run) or (state, Position(), [])
-  run = run._replace(out=Recorder(workdir, config, plan, cluster, dataset, records))
+  run = run._replace(out=Recorder(workdir, config, plan, cluster, dataset, records, auto))
   measured_from = 2 if epochs >= 2 else 1  # Epoch 1 compiles every function.
   last = {'poll': pos.step, 'save': time.perf_counter()}
 

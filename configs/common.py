@@ -1,6 +1,7 @@
 """Fields shared by every config (other tools drive the binary through these names)."""
 
 import ml_collections
+from ml_collections import config_dict
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -8,7 +9,9 @@ def base_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.algorithm = ml_collections.ConfigDict()
   c.algorithm.name = 'cocod_sgd'
-  c.algorithm.period = 5
+  # k, or 'auto': measured at the start of an MPI run (cocod_jax/period_auto.py). Typed `object`
+  # so that `--config.algorithm.period=auto` and `=8` both parse (8 as an int); validated there.
+  c.algorithm.period = config_dict.FieldReference(5, field_type=object)
   c.algorithm.warmup_period_epochs = 10
   c.algorithm.average_batch_stats = True
   c.algorithm.average_momentum = False

@@ -181,9 +181,13 @@ class RanksCluster(one_host.StackedWorkers):
     self.comm.ctl.Allreduce(np.asarray(flags, np.int32), everyone, op=self.comm._mpi.MAX)
     return tuple(bool(f) for f in everyone)
 
+  def allgather(self, obj) -> list:
+    """Every rank's `obj`, in rank order, on every rank (control traffic: every rank calls it)."""
+    return self.comm.ctl.allgather(obj)
+
   def agree(self, value):
     """`value` when every rank holds the same one; ValueError naming the ranks otherwise."""
-    everyone = self.comm.ctl.allgather(value)
+    everyone = self.allgather(value)
     if any(v != everyone[0] for v in everyone):
       raise ValueError(f'the ranks disagree: {dict(enumerate(everyone))}')
     return value

@@ -1,0 +1,175 @@
+"""`algorithm.period='auto'`: the rule for k, the config it is allowed in, the plan that does not
+depend on it, and an MPI run that measures k, records it and keeps it when resumed."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+from absl import flags
+from ml_collections import config_flags
+import numpy as np
+import pytest
+
+from cocod_jax import config_files
+from cocod_jax import config_validation
+from cocod_jax import input_pipeline
+from cocod_jax import period_auto
+from cocod_jax import results_schema
+from cocod_jax import train
+from configs import test as test_config
+from tests import mpi_test
+from tests import train_test
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize(
+  'tp, tc, cap, k',
+  [
+    (1.0, 0.0, 32, 1),  # No communication: every step may average.
+    (1.0, 0.5, 32, 1),  # Tc < Tp: one step hides it.
+    (1.0, 1.0, 32, 1),  # k Tp >= Tc holds at equality.
+    (1.0, 1.0001, 32, 2),
+    (2e-3, 9e-3, 32, 5),  # r = 4.5.
+    (1e-3, 5e-3, 32, 5),  # r = 5.
+    (1.0, 100.0, 32, 32),  # Capped.
+    (1.0, 20.0, 8, 8),
+    (1.0, 20.0, 32, 20),
+  ],
+)
+def test_smallest_k_that_hides_the_allreduce(tp, tc, cap, k):
+  assert period_auto.choose_period(tp, tc, cap) == k
+
+
+def test_a_step_time_of_zero_is_refused():
+  with pytest.raises(ValueError, match='Tp=0'):
+    period_auto.choose_period(0.0, 1.0)
+
+
+def _errors(**fields):
+  c = test_config.get_config()
+  c.algorithm.period = fields.pop('period', period_auto.AUTO)
+  c.algorithm.name = fields.pop('algorithm', 'cocod_sgd')
+  c.backend = fields.pop('backend', 'mpi')
+  assert not fields
+  return config_validation.errors(c)
+
+
+@pytest.mark.parametrize('algorithm', period_auto.SUPPORTED)
+def test_auto_allowed_under_mpi(algorithm):
+  assert _errors(algorithm=algorithm) == []
+
+
+@pytest.mark.parametrize(
+  'fields, words',
+  [
+    (dict(backend='one_host'), ["algorithm.period='auto'", "backend='one_host'", "'mpi'"]),
+    (dict(algorithm='ssgd'), ["algorithm.period='auto'", "'ssgd'", "['cocod_sgd', 'local_sgd']"]),
+    (dict(algorithm='pipe_sgd'), ["algorithm.period='auto'", "'pipe_sgd'"]),
+    (dict(algorithm='asynlocal_sgd'), ["algorithm.period='auto'", "'asynlocal_sgd'"]),
+    (dict(period='fast'), ["algorithm.period='fast'", "'auto'"]),
+    (dict(period=1.5), ['algorithm.period=1.5', 'integer >= 1']),
+    (dict(period=0), ['algorithm.period=0', 'integer >= 1']),
+    (dict(period=True), ['algorithm.period=True']),
+  ],
+)
+def test_auto_refused_where_it_cannot_work(fields, words):
+  problems = _errors(**fields)
+  assert len(problems) == 1, problems
+  for word in words:
+    assert word in problems[0], (word, problems[0])
+
+
+@pytest.mark.parametrize('text, value', [('auto', 'auto'), ('8', 8)])
+def test_override_parses_auto_and_integers(text, value):
+  # The entry point's --config (locked, as flags.define_main_flags defines it) and the sweep's
+  # set_field read the same text to the same value; an integer stays an int.
+  argv = ['prog', f'--config={ROOT}/configs/test.py', f'--config.algorithm.period={text}']
+  fv = flags.FlagValues()
+  config_flags.DEFINE_config_file(
+    'config', None, '', flag_values=fv, lock_config=True, sys_argv=argv
+  )
+  fv(argv)
+  assert fv.config.algorithm.period == value and type(fv.config.algorithm.period) is type(value)
+  c = test_config.get_config()
+  c.lock()
+  assert config_files.set_field(c, 'algorithm.period', text, from_text=True) == text
+  assert c.algorithm.period == value and type(c.algorithm.period) is type(value)
+
+
+def test_entry_point_refuses_auto_on_one_host(tmp_path):
+  env = dict(os.environ)
+  env.pop('XLA_FLAGS', None)
+  cmd = [sys.executable, '-m', 'cocod_jax.main', '--config=configs/test.py',
+         f'--workdir={tmp_path / "run"}', '--config.algorithm.period=auto']  # fmt: skip
+  p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+  assert p.returncode == 2, p.stderr[-2000:]
+  errors = [line for line in p.stderr.splitlines() if line.startswith('error: ')]
+  assert len(errors) == 1 and "algorithm.period='auto'" in errors[0], p.stderr[-2000:]
+  assert not (tmp_path / 'run').exists()
+
+
+@pytest.mark.parametrize('algorithm', period_auto.SUPPORTED + ('asynlocal_sgd',))
+def test_plan_does_not_depend_on_k(tmp_path, algorithm):
+  # Unequal speeds and proportional sampling (unequal M_i): the shards and the steps of an epoch
+  # are fixed before k is measured, so they must be the same for every k. AsynLocal-SGD's are
+  # not (its k_i = floor(k C_i / C_min) weigh the shards), which is why auto refuses it.
+  path, _, _ = train_test._tiny_npz(tmp_path, n_train=97)
+  c = train_test._config(path, algorithm, workers=3, batch=4, epochs=1, period=1)
+  with c.unlocked():
+    c.worker_speeds, c.proportional_sampling = (1.0, 1.7, 2.3), algorithm != 'asynlocal_sgd'
+  dataset = input_pipeline.load_checked(c)
+  plans = [train.make_plan(period_auto.with_period(c, k), dataset) for k in (1, 3, 7)]
+  same = all(
+    p.steps_per_epoch == plans[0].steps_per_epoch
+    and all(np.array_equal(a, b) for a, b in zip(p.shards, plans[0].shards))
+    for p in plans
+  )
+  assert same == (algorithm in period_auto.SUPPORTED)
+
+
+AUTO_RUN = ['--config=configs/test.py', '--config.backend=mpi', '--config.algorithm.period=auto',
+            '--config.checkpoint.every_epochs=1']  # fmt: skip
+
+
+def test_mpi_run_measures_k_records_it_and_keeps_it_when_resumed(tmp_path):
+  wd = tmp_path / 'run'
+  first = mpi_test._mpirun(2, AUTO_RUN + [f'--workdir={wd}', '--config.num_epochs=1'])
+  assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
+  res = results_schema.load_results(str(wd / 'results.json'))
+  auto = res['period_auto']
+  k = auto['k']
+  assert auto['source'] == 'measured' and auto['samples'] == period_auto.SAMPLES
+  assert len(auto['ranks']) == 2
+  assert auto['Tp_s'] == max(r[0] for r in auto['ranks']) > 0
+  # Per allreduce the shortest span over the ranks, so at most each rank's own median.
+  assert 0 < auto['Tc_s'] <= min(r[1] for r in auto['ranks'])
+  assert k == period_auto.choose_period(auto['Tp_s'], auto['Tc_s'], auto['cap'])
+  assert f'-> k = {k}' in first.stdout
+  assert res['config']['algorithm']['period'] == 'auto'  # As given: the sweep hashes it.
+  # The algorithm ran with k: one snapshot average per round of k of the epoch's steps.
+  spe = res['steps_per_epoch']
+  assert all(w['local_steps'] == k for w in res['workers'])
+  assert all(r['collectives'] == math.ceil(spe / k) for r in res['timing']['ranks'])
+  stored = json.loads((wd / period_auto.FILE).read_text())
+  assert stored == auto
+
+  # Continued for a second epoch from the checkpoint: the same k from the same measurement
+  # (a new one would not give the same medians to the last bit), nothing measured again.
+  again = mpi_test._mpirun(2, AUTO_RUN + [f'--workdir={wd}', '--config.num_epochs=2'])
+  assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
+  assert f'resuming from the checkpoint at step {spe}' in again.stdout
+  assert 'as measured before' in again.stdout
+  res2 = results_schema.load_results(str(wd / 'results.json'))
+  assert res2['period_auto'] == dict(auto, source='stored')
+  # Epoch 2's rounds: those that start at a multiple of k in [spe, 2 spe).
+  rounds = math.ceil(2 * spe / k) - math.ceil(spe / k)
+  assert all(r['collectives'] == rounds for r in res2['timing']['ranks'])
+
+  # A record that no longer holds the checkpoint's k is refused, not trained on.
+  (wd / period_auto.FILE).write_text(json.dumps(dict(stored, k=k + 1)))
+  changed = mpi_test._mpirun(2, AUTO_RUN + [f'--workdir={wd}', '--config.num_epochs=3'])
+  assert changed.returncode != 0
+  assert f'was made with period k={k}' in changed.stderr, changed.stderr[-3000:]
