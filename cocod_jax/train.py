@@ -578,8 +578,9 @@ def _train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset):
     test_loss, test_acc = evaluate(cluster, state, tests, len(dataset.x_test))
     check_test_loss(run, test_loss, pos.step, stop)
     timing = write_timing(run, workdir, pos, measured_from)
-    if run.algo.summary() is not None:
-      run.out.results['snapshot_allreduce'] = run.algo.summary()
+    summary = run.algo.summary()
+    if summary is not None:
+      run.out.results['snapshot_allreduce'] = summary
   finally:
     run.out.close()
     cluster.close()
