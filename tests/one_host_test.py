@@ -76,6 +76,8 @@ class _Config:
     self.num_workers = n
     self.one_host = type('OneHost', (), {'devices': devices})()
     self.algorithm = type('Algorithm', (), {'correction': 'cocod'})()
+    self.comm = type('Comm', (), {'dtype': 'float32', 'error_feedback': False})()
+    self.mpi = type('Mpi', (), {'workers_per_rank': 0})()
 
 
 def _cluster(n, devices, weights):

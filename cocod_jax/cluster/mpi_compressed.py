@@ -68,8 +68,6 @@ class Coder:
     def encode(tree, ref, error):
       leaves, ref_leaves = jax.tree.leaves(tree), jax.tree.leaves(ref)
       row = None if error is None else [e[0] for e in jax.tree.leaves(error)]
-      if row is None and codec.error_feedback:
-        row = [jnp.zeros(a.shape[1:], a.dtype) for a in leaves]
       payloads, scales, _, err, bad = one_host.encode_sender(leaves, ref_leaves, row, w, codec)
       rows = None if err is None else one_host.error_rows([err], leaves, width)
       return payloads, scales, rows, bad

@@ -118,7 +118,8 @@ def encode_sender(leaves, ref_leaves, error_row, w, codec: compression.Codec):
   Args:
     leaves: the sender's workers' snapshot leaves, [W, ...] each.
     ref_leaves: the reference, [W, ...] (every row alike: the first is used).
-    error_row: the sender's error leaves (no worker axis), or None without error feedback.
+    error_row: the sender's error leaves (no worker axis); None: none yet (zeros with error
+      feedback).
     w: [W] weights.
     codec: the wire format.
 
@@ -128,6 +129,8 @@ def encode_sender(leaves, ref_leaves, error_row, w, codec: compression.Codec):
   """
   delta = [a - r[0] for a, r in zip(leaves, ref_leaves)]
   partial, bad = weighted_sum(delta, w)
+  if error_row is None and codec.error_feedback:  # The first round: nothing lost yet.
+    error_row = [jnp.zeros_like(p) for p in partial]
   return (*compression.encode(partial, error_row, codec), bad)
 
 
@@ -159,8 +162,6 @@ def _compressed_total(tree, ref, error, w, codec, group):
   for g in range(n // group):
     part = slice(g * group, (g + 1) * group)
     row = None if error is None else [e[g * group] for e in jax.tree.leaves(error)]
-    if row is None and codec.error_feedback:
-      row = [jnp.zeros(a.shape[1:], a.dtype) for a in leaves]
     _, _, got, err, flags = encode_sender(
       [a[part] for a in leaves], [r[part] for r in ref_leaves], row, w[part], codec
     )
@@ -290,10 +291,10 @@ class OneHostCluster(StackedWorkers):
     super().__init__(fns, range(self.num_workers), weights, devices, tx)
     self._w = jax.device_put(np.asarray(weights, np.float32), self.replicated)
     self._total = jax.jit(_weighted_total, out_shardings=(self.sharded, self.replicated))
-    self.codec = compression.from_config(config) if hasattr(config, 'comm') else None
+    self.codec = compression.from_config(config)
     # Senders of the compressed snapshot allreduce: groups of mpi.workers_per_rank workers, as
     # MPI ranks of that many workers would send (0: one worker each, a rank per worker).
-    self.group = getattr(getattr(config, 'mpi', None), 'workers_per_rank', 0) or 1
+    self.group = config.mpi.workers_per_rank or 1
     self._compressed = jax.jit(
       _compressed_total,
       static_argnums=(4, 5),
