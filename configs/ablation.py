@@ -19,6 +19,7 @@ A diagnosis, not a tuning: the table's rows keep the paper's settings for every 
 """
 
 from cocod_jax import config_args
+from configs import common
 from configs import scales
 from configs import table1
 
@@ -41,11 +42,9 @@ def get_config(arg=None):
   config_args.choice('variant', a.variant, tuple(VARIANTS))
   config_args.choice('task', a.task, tuple(scales.TASKS))
   algo, overrides = VARIANTS[a.variant]
-  c = table1.get_config(f'algo={algo},task={a.task},scale=cpu,seed={a.seed}')
-  for path, value in overrides.items():
-    group, field = path.split('.')
-    c[group][field] = value
-  return c
+  return common.apply(
+    table1.get_config(f'algo={algo},task={a.task},scale=cpu,seed={a.seed}'), overrides
+  )
 
 
 def sweep(add, arg=None):

@@ -91,3 +91,11 @@ def without_checkpoints(c: ml_collections.ConfigDict) -> ml_collections.ConfigDi
   c.checkpoint.every_epochs = 0
   c.checkpoint.interval_s = 0.0
   return c
+
+
+def apply(c: ml_collections.ConfigDict, overrides: dict) -> ml_collections.ConfigDict:
+  """Sets each `group.field` of `overrides` in `c` (an experiment's variant of a table cell)."""
+  for path, value in overrides.items():
+    group, field = path.split('.')
+    c[group][field] = value
+  return c

@@ -28,6 +28,7 @@ None is tuned on these runs: the settings are the published ones, fixed before t
 """
 
 from cocod_jax import config_args
+from configs import common
 from configs import scales
 from configs import table1
 
@@ -78,11 +79,10 @@ def get_config(arg=None):
   config_args.choice('variant', a.variant, tuple(VARIANTS))
   config_args.choice('task', a.task, tuple(scales.TASKS))
   algo, overrides = VARIANTS[a.variant]
-  c = table1.get_config(f'algo={algo},task={a.task},scale=cpu,seed={a.seed},timing={a.timing}')
-  for path, value in overrides.items():
-    group, field = path.split('.')
-    c[group][field] = value
-  return c
+  return common.apply(
+    table1.get_config(f'algo={algo},task={a.task},scale=cpu,seed={a.seed},timing={a.timing}'),
+    overrides,
+  )
 
 
 def sweep(add, arg=None):

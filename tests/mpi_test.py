@@ -509,19 +509,23 @@ def test_mpi_variants_match_reference(tmp_path):
            f'--config.algorithm.average_batch_stats={a.average_batch_stats}',
            f'--config.algorithm.average_momentum={a.average_momentum}',
            '--config.checkpoint.every_epochs=4')  # fmt: skip
-  with np.load(tmp_path / 'mpi' / 'final_params.npz') as f:
-    names = ['params/Dense_0/kernel', 'params/Dense_0/bias']
-    final = [f[n] for n in names + ['batch_stats/BatchNorm_0/mean', 'batch_stats/BatchNorm_0/var']]
   workers = []
   expected = train_test.variant_reference(x, y, algorithm, workers_out=workers, **options)
+  _assert_ranks_match(tmp_path / 'mpi', workers, expected)
+
+
+def _assert_ranks_match(workdir, workers, expected):
+  """The final model, and each of 3 ranks' state in its checkpoint at step 8 (parameters,
+  momentum, BatchNorm statistics), against the reference's `expected` and `workers`."""
+  with np.load(workdir / 'final_params.npz') as f:
+    names = ['params/Dense_0/kernel', 'params/Dense_0/bias']
+    final = [f[n] for n in names + ['batch_stats/BatchNorm_0/mean', 'batch_stats/BatchNorm_0/var']]
   for rank in range(3):
-    state = checkpoints.Checkpointer(str(tmp_path / 'mpi'), rank, 3, None, 1).restore(8)[0]['state']
+    state = checkpoints.Checkpointer(str(workdir), rank, 3, None, 1).restore(8)[0]['state']
     # A rank's checkpoint holds its W workers on a leading axis (here W = 1).
-    state = {k: {m: {n: a[0] for n, a in leaves.items()} for m, leaves in state[k].items()}
-             for k in ('params', 'momentum', 'batch_stats')}  # fmt: skip
-    got = [state['params']['Dense_0'][k] for k in ('kernel', 'bias')]
-    got += [state['momentum']['Dense_0'][k] for k in ('kernel', 'bias')]
-    got += [state['batch_stats']['BatchNorm_0'][k] for k in ('mean', 'var')]
+    got = [state['params']['Dense_0'][k][0] for k in ('kernel', 'bias')]
+    got += [state['momentum']['Dense_0'][k][0] for k in ('kernel', 'bias')]
+    got += [state['batch_stats']['BatchNorm_0'][k][0] for k in ('mean', 'var')]
     for g, e in zip(got, workers[rank]):
       np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-6, err_msg=f'rank {rank}')
   for g, e in zip(final, expected):
@@ -540,19 +544,8 @@ def test_mpi_outer_sgd_matches_reference(tmp_path):
            f'--config.algorithm.outer_lr={a.outer_lr}',
            f'--config.algorithm.outer_momentum={a.outer_momentum}',
            '--config.checkpoint.every_epochs=4')  # fmt: skip
-  with np.load(tmp_path / 'mpi' / 'final_params.npz') as f:
-    names = ['params/Dense_0/kernel', 'params/Dense_0/bias']
-    final = [f[n] for n in names + ['batch_stats/BatchNorm_0/mean', 'batch_stats/BatchNorm_0/var']]
   workers = []
   expected = train_test.variant_reference(
     x, y, 'cocod_sgd', workers_out=workers, **train_test.VARIANTS['bn_averaged'], **options
   )
-  for rank in range(3):
-    state = checkpoints.Checkpointer(str(tmp_path / 'mpi'), rank, 3, None, 1).restore(8)[0]['state']
-    got = [state['params']['Dense_0'][k][0] for k in ('kernel', 'bias')]
-    got += [state['momentum']['Dense_0'][k][0] for k in ('kernel', 'bias')]
-    got += [state['batch_stats']['BatchNorm_0'][k][0] for k in ('mean', 'var')]
-    for g, e in zip(got, workers[rank]):
-      np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-6, err_msg=f'rank {rank}')
-  for g, e in zip(final, expected):
-    np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-6)
+  _assert_ranks_match(tmp_path / 'mpi', workers, expected)
