@@ -74,8 +74,22 @@ def define_experiment_flags() -> None:
   flags.DEFINE_list(
     'timing_links',
     [],
-    'The corrections experiment: the links of its timing runs (RATE[/BURST'
-    '[/MTU]] each, see --link_rate); empty: the accuracy runs alone.',
+    'The links of the timing runs (RATE[/BURST[/MTU]] each, see --link_rate): Figures 3 and 6 '
+    '(empty: --link_rate alone) and the corrections experiment (empty: its accuracy runs '
+    'alone).',
+  )
+  flags.DEFINE_list(
+    'timing_tasks',
+    [],
+    'Figures 3 and 6: the tasks of the timing runs (configs/scales.py TASKS); empty: the '
+    'registered ones.',
+  )
+  flags.DEFINE_integer(
+    'timing_seeds',
+    1,
+    'The corrections experiment: timing runs per variant and link (seeds 0, 1, ...); with more '
+    'than one the table gives the median and the range.',
+    lower_bound=1,
   )
 
 

@@ -2,7 +2,7 @@
 allreduce side by side, each paired with S-SGD by seed and test example on one Table 1 column.
 
     python -m cocod_jax.experiments.corrections --parallel=2 --task=c100_r18
-    python -m cocod_jax.experiments.corrections --task=c100_r18 --timing --link_rate=15mbit/8kb/8000
+    python -m cocod_jax.experiments.corrections --task=c100_r18 --timing_links=12mbit/8kb/8000
     python -m cocod_jax.main --workdir=runs/corr \
         --config=configs/corrections.py:variant=outer_sgd,task=c100_r18,seed=0
 

@@ -119,11 +119,18 @@ def parse_cell(arg, algos, default_algo: str):
 
 def sweep_cells(add, arg, points):
   """The sweep of a table's experiment file: `points(scale, seeds, timing)` gives (algo, task,
-  seed) of each run; the argument takes `scale`, `seeds` (0: the registered seeds) and `timing`."""
-  a = config_args.parse(arg, dict(scale='cpu', seeds=0, timing=False))
+  seed) of each run; the argument takes `scale`, `seeds` (0: the registered seeds), `timing` and
+  `tasks` (`;`-separated, a subset of those runs' tasks; empty: all of them)."""
+  a = config_args.parse(arg, dict(scale='cpu', seeds=0, timing=False, tasks=''))
   if a.seeds < 0:
     raise errors.UsageError(f'seeds={a.seeds} is invalid; allowed: 0 (the registered ones) or more')
   config_args.choice('scale', a.scale, SCALES)
+  cells = points(a.scale, a.seeds, a.timing)
+  registered = tuple(dict.fromkeys(task for _, task, _ in cells))
+  chosen = [t for t in a.tasks.split(';') if t]
+  for task in chosen:
+    config_args.choice('tasks', task, registered)
   timing = ',timing=true' if a.timing else ''
-  for algo, task, seed in points(a.scale, a.seeds, a.timing):
-    add(config_arg=f'algo={algo},task={task},scale={a.scale},seed={seed}{timing}')
+  for algo, task, seed in cells:
+    if not chosen or task in chosen:
+      add(config_arg=f'algo={algo},task={task},scale={a.scale},seed={seed}{timing}')

@@ -187,6 +187,55 @@ def test_speedup_model_by_hand():
   assert 4 * 0.1 / timeline.model_step_time('ssgd', 0.1, 0.3, 5) == pytest.approx(1.0)
 
 
+def test_time_figure_two_seeds_two_links_model_from_the_other_seed(tmp_path):
+  # Seeds 0 and 1 of S-SGD and CoCoD-SGD (k = 5) on two links, target 80%. On link A, S-SGD
+  # runs with Tp 0.1 / Tc 0.1 (seed 0) and 0.1 / 0.3 (seed 1): CoCoD-SGD's seed 0 is predicted
+  # from seed 1's S-SGD run (0.4 / max(0.1, 0.06) = 4x) and seed 1 from seed 0's (0.2 / 0.1 = 2x),
+  # so the model is their median, 3x. S-SGD reaches 80% at 4 s (seed 0) and 6 s (seed 1);
+  # CoCoD-SGD at 2 s and 2 s: speedups 2x and 3x, median 2.5x. Epochs: S-SGD 2 s and 3 s,
+  # CoCoD-SGD 1 s: epoch speedups 2x and 3x, 2.5x, 2.5 / 3 of the model. On link B CoCoD-SGD's
+  # seed 1 never reaches the target: "1 of 2 reached", no speedup.
+  if 'scale' not in common.FLAGS:
+    cocod_flags.define_experiment_flags()
+  common.FLAGS(['test', '--scale=cpu', f'--workdir={tmp_path}'])
+
+  def point(algo, seed, accs, epoch_s, tp, tc):
+    epochs = [{'epoch': e + 1, 'train_time_s': epoch_s * (e + 1), 'test_accuracy': a,
+               'train_loss': 1.0} for e, a in enumerate(accs)]  # fmt: skip
+    results = {'timing': {'Tp_s': tp, 'Tc_s': tc, 'r': tc / tp, 'hidden_fraction': 0.5},
+               'epochs': epochs, 'status': 'completed', 'config': {'algorithm': {'period': 5}},
+               'final': {'test_accuracy': accs[-1]}}  # fmt: skip
+    arg = {'algo': algo, 'task': 'c10_r18', 'seed': str(seed)}
+    return common.Point(arg, 'DONE', f'p/{algo}{seed}', 'h', results)
+
+  link_a = [point('ssgd', 0, (0.7, 0.8, 0.81), 2.0, 0.1, 0.1),
+            point('ssgd', 1, (0.7, 0.8, 0.81), 3.0, 0.1, 0.3),
+            point('cocod_sgd', 0, (0.7, 0.8, 0.8), 1.0, 0.1, 0.2),
+            point('cocod_sgd', 1, (0.7, 0.8, 0.8), 1.0, 0.1, 0.2)]  # fmt: skip
+  link_b = link_a[:3] + [point('cocod_sgd', 1, (0.7, 0.79, 0.79), 1.0, 0.1, 0.2)]
+  try:
+    text, data = common.time_to_accuracy(
+      {'A': link_a, 'B': link_b}, ('ssgd', 'cocod_sgd'), ('c10_r18',), 'homogeneous',
+      scales.task_title, 'fig3', 'Figure 3', {'c10_r18': 80.0},
+    )  # fmt: skip
+  finally:
+    common.FLAGS.unparse_flags()
+  rows = {(r['link'], r['algo']): r for r in data['rows']}
+  cocod = rows['A', 'cocod_sgd']
+  assert cocod['model'] == pytest.approx(3.0) and cocod['speedup'] == pytest.approx(2.5)
+  assert cocod['speedup_range'] == pytest.approx([2.0, 3.0])
+  assert cocod['epoch_speedup'] == pytest.approx(2.5) and cocod['of_model'] == pytest.approx(
+    2.5 / 3
+  )
+  assert rows['A', 'ssgd']['time_s'] == pytest.approx(5.0) and rows['A', 'ssgd']['runs'] == 2
+  assert rows['B', 'cocod_sgd']['reached'] == 1 and rows['B', 'cocod_sgd']['speedup'] is None
+  assert data['links'] == ['A', 'B'] and data['model_from'] == 'the S-SGD runs of the other seeds'
+  assert '## Link A' in text and '![fig3](fig3.png)' in text and '![fig3_2](fig3_2.png)' in text
+  assert '| CoCoD-SGD | 2 | 80.00 | 80.00 | 2.0 | 2.50x [2.00x, 3.00x] |' in text
+  assert '| 1 of 2 reached | - |' in text
+  assert (tmp_path / 'fig3.png').exists() and (tmp_path / 'fig3_2.png').exists()
+
+
 def test_figure4_model_comes_from_the_calibration_runs(tmp_path, monkeypatch):
   # Measured runs with Tp 0.2 / Tc 0.9 and calibration runs with Tp 0.1 / Tc 0.3: the model is
   # drawn from the calibration (CoCoD at k = 5, 2 workers: step max(0.1, 0.3 / 5) = 0.1,
@@ -275,4 +324,42 @@ def test_corrections_rows_and_rendering(flags_parsed):
   text = corrections.render('c100_r18', rows, [80.0, 81.0, 82.0], {'3mbit': list(trows.values())},
                             80.5)  # fmt: skip
   assert '| cocod | 3 | 80.00 | -1.00 |' in text and 'diverged (1 of 1 diverged)' in text
-  assert '| cocod | 80.00 | not reached |' in text and '| 2.00x |' in text
+  assert '| cocod | 1 | 80.00 | not reached |' in text and '| 2.00x |' in text
+  # Three seeds: int8's speedups by seed are 4/2, 6/2 and 3/1.5, so 2x [2x, 3x]; its times
+  # 2, 2, 1.5 s give the median 2 [1.5, 2]; cocod reaches the target in one run of three.
+  timed += [_variant_point('ssgd', 1, 81.0, times=(3.0, 6.0)),
+            _variant_point('ssgd', 2, 81.0, times=(1.5, 3.0)),
+            _variant_point('cocod', 1, 81.0, times=(1.0, 2.0)),
+            _variant_point('cocod', 2, 80.0, times=(1.0, 2.0)),
+            _variant_point('cocod_int8', 1, 81.0, times=(1.0, 2.0), extra=squeezed),
+            _variant_point('cocod_int8', 2, 81.0, times=(1.0, 1.5), extra=squeezed)]  # fmt: skip
+  trows = {r['variant']: r for r in corrections.timing_rows(timed, 80.5)}
+  int8 = trows['cocod_int8']
+  assert (int8['runs'], int8['reached']) == (3, 3)
+  assert int8['speedup'] == pytest.approx(2.0) and int8['speedup_range'] == pytest.approx([2, 3])
+  assert int8['time_s'] == pytest.approx(2.0) and int8['time_range'] == pytest.approx([1.5, 2])
+  assert trows['cocod']['reached'] == 1 and trows['cocod']['time_s'] is None
+  assert trows['cocod']['final'] == pytest.approx(80 + 1 / 3)
+  text = corrections.render('c100_r18', rows, [80.0, 81.0, 82.0], {'3mbit': list(trows.values())},
+                            80.5)  # fmt: skip
+  assert '| cocod_int8 | 3 | 81.00 | 2.0 [1.5, 2.0] | 2.00x [2.00x, 3.00x] |' in text
+  assert '| cocod | 3 | 80.33 | 1 of 3 reached |' in text
+
+
+def test_a_table_sweep_takes_a_subset_of_its_tasks():
+  # Figure 3 timed on two of Table 1's four columns: every algorithm and seed of those, nothing
+  # else; a task outside the table's is refused with the allowed ones named.
+  from cocod_jax import config_args  # pylint: disable=g-import-not-at-top
+  from configs import table1  # pylint: disable=g-import-not-at-top
+
+  added = []
+  table1.sweep(
+    lambda config_arg: added.append(config_arg), 'seeds=2,timing=true,tasks=c10_r18;c100_r18'
+  )
+  tasks = {dict(kv.split('=') for kv in a.split(','))['task'] for a in added}
+  assert tasks == {'c10_r18', 'c100_r18'} and len(added) == 2 * len(table1.ALGOS) * 2
+  everything = []
+  table1.sweep(lambda config_arg: everything.append(config_arg), 'seeds=2,timing=true')
+  assert set(added) < set(everything)
+  with pytest.raises(config_args.ConfigArgError, match="tasks='mnist'.*c10_v16"):
+    table1.sweep(lambda config_arg: None, 'seeds=1,tasks=c10_r18;mnist')

@@ -145,8 +145,9 @@ def _loss_curves(points, algos) -> dict:
 
 
 def time_figure(number: int) -> int:
-  """Figures 3 and 6: accuracy against measured training time (MPI, timing runs, seed 0), and
-  the time to each task's registered target, read from table1.json (table2.json) in --workdir."""
+  """Figures 3 and 6: accuracy against measured training time (MPI, timing runs, --seeds of them,
+  default 1), on each link of --timing_links (default --link_rate), and the time to each task's
+  registered target, read from table1.json (table2.json) in --workdir."""
   table_number, exp = (1, table1) if number == 3 else (2, table2)
   table_path = os.path.join(FLAGS.workdir, f'table{table_number}.json')
   if not FLAGS.dry_run and FLAGS.launcher != 'slurm':
@@ -158,24 +159,29 @@ def time_figure(number: int) -> int:
         f'--workdir={FLAGS.workdir}` first'
       )
   arg = f'scale={FLAGS.scale},seeds={FLAGS.seeds or 1},timing=true'
-  points = common.run(exp, arg, timing=True)
-  if points is None:  # A dry run or a Slurm submission: the runner said what it would do.
-    return 0
+  if FLAGS.timing_tasks:
+    arg += f',tasks={";".join(FLAGS.timing_tasks)}'
+  by_link = {}
+  for link in FLAGS.timing_links or [FLAGS.link_rate]:
+    points = common.run(exp, arg, timing=True, link=link)
+    if points is None:  # A dry run or a Slurm submission: the runner said what it would do.
+      return 0
+    by_link[link or 'no simulated link'] = points
+  everything = [p for points in by_link.values() for p in points]
   with open(table_path) as f:
     targets = common.targets_from(json.load(f))
   setting = 'homogeneous' if number == 3 else 'heterogeneous'
-  link = FLAGS.link_rate or 'no simulated link'
   title = (
     f'Figure {number}: test accuracy against training time, {setting}, {FLAGS.scale} '
-    f'scale, MPI ({_workers(points)} workers), {link}'
+    f'scale, MPI ({_workers(everything)} workers)'
   )
   text, data = common.time_to_accuracy(
-    points, _algos(points, exp.ALGOS), _tasks(points), setting, scales.task_title,
-    f'fig{number}', title, targets, link,
+    by_link, _algos(everything, exp.ALGOS), _tasks(everything), setting, scales.task_title,
+    f'fig{number}', title, targets,
   )  # fmt: skip
   print(text)
-  common.write(f'fig{number}', text, {**data, **common.provenance(points, 'mpi')})
-  return _finished(points)
+  common.write(f'fig{number}', text, {**data, **common.provenance(everything, 'mpi')})
+  return _finished(everything)
 
 
 def speedup_figure() -> int:

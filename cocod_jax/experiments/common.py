@@ -224,97 +224,173 @@ def time_to_target(results: dict, target: float) -> float | None:
   return None
 
 
-def time_to_accuracy(points, algos, tasks, setting, task_title, name, title, targets, link):
-  """Figures 3/6: accuracy against training time; per algorithm its time to the registered
-  target of the task (`targets`, from the accuracy table) and that time's speedup over S-SGD
-  beside the paper's and beside the Section 4.2 model at the S-SGD run's Tp and Tc, its time per
-  epoch, r and hidden fraction. Returns (Markdown, JSON)."""
-  curves(
-    points, algos, tasks, task_title, 'train_time_s', 'test_accuracy', 100.0, title, name,
-    'test accuracy (%)', 'training time (s), evaluation excluded',
-  )  # fmt: skip
+def _median(values):
+  values = [v for v in values if v is not None]
+  return statistics.median(values) if values else None
+
+
+def _span(values):
+  """[lowest, highest] of the values that are there; None when none is."""
+  values = [v for v in values if v is not None]
+  return [min(values), max(values)] if values else None
+
+
+def timing_summary(runs: dict, base: dict, target: float | None) -> dict:
+  """An algorithm's timing runs summed up: `runs` and `base` (S-SGD's) are {seed: results}.
+
+  Times, r, Tp, Tc and the hidden fraction are medians over the runs, each with its [lowest,
+  highest] (`*_range`); a speedup is the median of the ratios to S-SGD's run of the same seed.
+  `time_s` (and `speedup`) is None unless every run reached `target` (`reached` says how many
+  did): a median over the runs that did would favour the lucky ones.
+  """
+
+  def to_target(results):
+    return time_to_target(results, target) if target is not None else None
+
+  times = {s: to_target(r) for s, r in runs.items()}
+  epochs = {s: epoch_time(r) for s, r in runs.items()}
+  base_times = {s: to_target(r) for s, r in base.items()}
+  base_epochs = {s: epoch_time(r) for s, r in base.items()}
+  speedups = [base_times[s] / t for s, t in times.items() if t and base_times.get(s)]
+  epoch_speedups = [base_epochs[s] / e for s, e in epochs.items() if e and base_epochs.get(s)]
+  timing = [r.get('timing') or {} for r in runs.values()]
+  reached = sum(t is not None for t in times.values())
+  everyone = reached == len(runs)
+  finals = [100.0 * correctness.reported_accuracy(r) for r in runs.values()
+            if r.get('status') == 'completed']  # fmt: skip
+  return {
+    'runs': len(runs),
+    'seeds': sorted(runs, key=int),
+    'final': statistics.mean(finals) if finals else None,
+    'reached': reached,
+    'time_s': _median(times.values()) if everyone else None,
+    'time_range': _span(times.values()),
+    'speedup': _median(speedups) if everyone and len(speedups) == len(runs) else None,
+    'speedup_range': _span(speedups),
+    'epoch_s': _median(epochs.values()),
+    'epoch_range': _span(epochs.values()),
+    'epoch_speedup': _median(epoch_speedups),
+    'epoch_speedup_range': _span(epoch_speedups),
+    'r': _median(t.get('r') for t in timing),
+    'r_range': _span(t.get('r') for t in timing),
+    'tp_s': _median(t.get('Tp_s') for t in timing),
+    'tc_s': _median(t.get('Tc_s') for t in timing),
+    'hidden': _median(t.get('hidden_fraction') for t in timing),
+  }
+
+
+def spread(value, span, f: str) -> str:
+  """`value` formatted with `f`, and its [lowest, highest] in brackets when they differ."""
+  if value is None:
+    return '-'
+  if not span or f.format(span[0]) == f.format(span[1]):
+    return f.format(value)
+  return f'{f.format(value)} [{f.format(span[0])}, {f.format(span[1])}]'
+
+
+def time_to_accuracy(by_link, algos, tasks, setting, task_title, name, title, targets):
+  """Figures 3/6: accuracy against training time, for each link of `by_link` ({link: its timing
+  points}, one run per seed); per algorithm its time to the registered target of the task
+  (`targets`, from the accuracy table) and that time's speedup over S-SGD, its time per epoch
+  and that speedup beside the Section 4.2 model and the paper's, r and the hidden fraction
+  (`timing_summary`). The model of a seed's run takes Tp and Tc from S-SGD's runs of the other
+  seeds (calibration runs, not the run predicted); with one seed, from its own S-SGD run, and the
+  text says so. One figure per link: `name`.png, then `name`_2.png ... Returns (Markdown, JSON).
+  """
+  seeds = sorted({p.arg['seed'] for points in by_link.values() for p in points}, key=int)
+  calibrated = 'the S-SGD runs of the other seeds' if len(seeds) > 1 else 'the same S-SGD run'
   lines = [
     f'# {title}',
     '',
-    f'![{name}]({name}.png)',
-    '',
     "Target of a task (registered before the runs): S-SGD's mean final accuracy over the "
     f"accuracy table's seeds - {MARGIN} point. Time to target: training time (evaluation "
-    'excluded) at the end of the first epoch at or above it; "not reached" when no epoch is. '
-    "Model: Section 4.2's time per step at the S-SGD run's Tp and Tc (its r) and the period. "
-    f'Link: {link}. One run (seed 0) per algorithm and task.',
-    '',
-    '| task | algorithm | final % | target % | time to target (s) | speedup over S-SGD | model '
-    '| paper | s / epoch | epoch speedup | r | hidden |',
-    '|---|---|---|---|---|---|---|---|---|---|---|---|',
+    'excluded) at the end of the first epoch at or above it; "not reached" when no epoch is '
+    '("n of m reached" when some runs did). With more than one run (seeds '
+    f'{", ".join(seeds)}): the median and, in brackets, the lowest and highest; a speedup is the '
+    "median of the ratios to S-SGD's run of the same seed. Model: Section 4.2's time per step "
+    f'at the period and at Tp and Tc measured in {calibrated}; it predicts the epoch speedup.',
   ]
   rows = []
   fmt = lambda v, f: '-' if v is None else f.format(v)
-  for task in tasks:
-    done = [p for p in points if p.arg['task'] == task and p.results]
-    for row in _time_rows(done, algos, task, setting, targets.get(task)):
-      rows.append(row)
-      reached = fmt(row['time_s'], '{:.1f}') if row['final'] is not None else '-'
-      if row['final'] is not None and row['time_s'] is None:
-        reached = 'not reached'
-      lines.append(
-        f'| {task_title(task, FLAGS.scale)} | {published.NAMES[row["algo"]]} '
-        f'| {fmt(row["final"], "{:.2f}")} | {fmt(row["target"], "{:.2f}")} | {reached} '
-        f'| {fmt(row["speedup"], "{:.2f}x")} | {fmt(row["model"], "{:.2f}x")} '
-        f'| {fmt(row["paper"], "{:.1f}x")} | {fmt(row["epoch_s"], "{:.3f}")} '
-        f'| {fmt(row["epoch_speedup"], "{:.2f}x")} | {fmt(row["r"], "{:.2f}")} '
-        f'| {fmt(row["hidden"], "{:.0%}")} |'
-      )
-  return '\n'.join(lines) + '\n', {'rows': rows, 'target_margin': MARGIN, 'link': link}
-
-
-def _ratio(a, b):
-  return a / b if a is not None and b else None
+  for i, (link, points) in enumerate(by_link.items()):
+    png = name if i == 0 else f'{name}_{i + 1}'
+    curves(
+      points, algos, tasks, task_title, 'train_time_s', 'test_accuracy', 100.0,
+      f'{title}, {link}', png, 'test accuracy (%)', 'training time (s), evaluation excluded',
+    )  # fmt: skip
+    lines += [
+      '',
+      f'## Link {link}',
+      '',
+      f'![{png}]({png}.png)',
+      '',
+      '| task | algorithm | runs | final % | target % | time to target (s) | speedup over S-SGD '
+      '| s / epoch | epoch speedup | model | epoch speedup / model | paper | r | hidden |',
+      '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
+    ]
+    for task in tasks:
+      done = [p for p in points if p.arg['task'] == task and p.results]
+      for row in _time_rows(done, algos, task, setting, targets.get(task)):
+        row['link'] = link
+        rows.append(row)
+        reached = spread(row['time_s'], row['time_range'], '{:.1f}')
+        if row['reached'] < row['runs']:
+          some = f'{row["reached"]} of {row["runs"]} reached'
+          reached = 'not reached' if not row['reached'] else some
+        lines.append(
+          f'| {task_title(task, FLAGS.scale)} | {published.NAMES[row["algo"]]} | {row["runs"]} '
+          f'| {fmt(row["final"], "{:.2f}")} | {fmt(row["target"], "{:.2f}")} | {reached} '
+          f'| {spread(row["speedup"], row["speedup_range"], "{:.2f}x")} '
+          f'| {spread(row["epoch_s"], row["epoch_range"], "{:.3f}")} '
+          f'| {spread(row["epoch_speedup"], row["epoch_speedup_range"], "{:.2f}x")} '
+          f'| {fmt(row["model"], "{:.2f}x")} | {fmt(row["of_model"], "{:.2f}")} '
+          f'| {fmt(row["paper"], "{:.1f}x")} | {spread(row["r"], row["r_range"], "{:.2f}")} '
+          f'| {fmt(row["hidden"], "{:.0%}")} |'
+        )
+  data = {'rows': rows, 'target_margin': MARGIN, 'links': list(by_link), 'model_from': calibrated}
+  return '\n'.join(lines) + '\n', data
 
 
 def _time_rows(done, algos, task, setting, target) -> list[dict]:
-  """One row per algorithm of a task's finished timing points (one each): final accuracy, time
-  to `target`, the speedup over S-SGD (the first of `algos`), the model's and the paper's, the
-  time per epoch and its speedup, r and the hidden fraction."""
-  by_algo = {a: next((p for p in done if p.arg['algo'] == a), None) for a in algos}
-  base = by_algo[algos[0]]
-  base_timing = (base.results.get('timing') or {}) if base else {}
-  tp, tc = base_timing.get('Tp_s'), base_timing.get('Tc_s')
+  """One row per algorithm of a task's finished timing points (one per seed):
+  `timing_summary` against S-SGD (the first of `algos`), the target, the paper's speedup and
+  the Section 4.2 model's (`model`, the median over seeds of the model at the period and the Tp
+  and Tc of S-SGD's runs of the other seeds, or of the same seed when it is alone), and
+  `of_model`: the measured epoch speedup over the model's."""
+  by_algo = {}
+  for p in done:
+    by_algo.setdefault(p.arg['algo'], {})[p.arg['seed']] = p.results
+  base = by_algo.get(algos[0], {})
   model_name = 'resnet18' if task.endswith('r18') else 'vgg16'
-  times = {
-    a: time_to_target(p.results, target) if p and target is not None else None
-    for a, p in by_algo.items()
-  }
   rows = []
-  for algo, p in by_algo.items():
-    if p is None:
+  for algo in algos:
+    runs = by_algo.get(algo)
+    if not runs:
       continue
-    timing = p.results.get('timing') or {}
-    k = p.results['config']['algorithm']['period']
     plain = algo.removesuffix('+ps')
-    model = None
-    if tp and tc is not None:
-      model = timeline.model_step_time('ssgd', tp, tc, k) / timeline.model_step_time(
-        plain, tp, tc, k
-      )
-    rows.append(
-      dict(
-        task=task,
-        algo=algo,
-        final=100.0 * correctness.reported_accuracy(p.results),
-        target=target,
-        time_s=times[algo],
-        speedup=_ratio(times[algos[0]], times[algo]),
-        model=model,
-        paper=published.SPEEDUP[setting][model_name] if algo.startswith('cocod') else None,
-        epoch_s=epoch_time(p.results),
-        epoch_speedup=_ratio(epoch_time(base.results), epoch_time(p.results)) if base else None,
-        r=timing.get('r'),
-        tp_s=timing.get('Tp_s'),
-        tc_s=timing.get('Tc_s'),
-        hidden=timing.get('hidden_fraction'),
-      )
-    )
+    models = []
+    for seed, results in runs.items():
+      calibration = [r.get('timing') or {} for s, r in base.items() if s != seed] or [
+        base[seed].get('timing') or {} if seed in base else {}
+      ]  # fmt: skip
+      tp = _median(t.get('Tp_s') for t in calibration)
+      tc = _median(t.get('Tc_s') for t in calibration)
+      k = results['config']['algorithm']['period']
+      if tp and tc is not None:
+        models.append(
+          timeline.model_step_time('ssgd', tp, tc, k) / timeline.model_step_time(plain, tp, tc, k)
+        )  # fmt: skip
+    summary = timing_summary(runs, base, target)
+    model = _median(models)
+    rows.append({
+      'task': task,
+      'algo': algo,
+      'target': target,
+      **summary,
+      'model': model,
+      'of_model': summary['epoch_speedup'] / model if model and summary['epoch_speedup'] else None,
+      'paper': published.SPEEDUP[setting][model_name] if algo.startswith('cocod') else None,
+    })  # fmt: skip
   return rows
 
 

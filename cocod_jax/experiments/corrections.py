@@ -2,18 +2,19 @@
 allreduce side by side (issue 23; configs/corrections.py).
 
     python -m cocod_jax.experiments.corrections --parallel=2 --task=c100_r18 \
-        --timing_links=15mbit/8kb/8000,4mbit/8kb/8000
+        --timing_links=12mbit/8kb/8000,3.5mbit/8kb/8000 --timing_seeds=2
 
 The accuracy runs (one-host cluster, 5 seeds): every variant's final averaged model paired with
 S-SGD's by seed and test example, the registered procedure of the tables (margin 0.5 point, 90%
 interval), with the bytes a sender puts on the wire a round and the rounding error of the
 compressed average against the float32 one. Then, per link of --timing_links, the timing runs
-(real MPI over the shaped link, 2 ranks of 8 workers, seed 0) of the variants in
-`configs.corrections.TIMED`: the
-time to the target set by the rule of the tables (S-SGD's mean final accuracy over the accuracy
-runs - 0.5 point), the time per epoch, r = Tc / Tp of each run and the bytes a rank hands to MPI
-a round. Writes corrections.md, .json, .png and corrections_correct.npz (the per-example
-correctness of every run a verdict used) into --workdir.
+(real MPI over the shaped link, 2 ranks of 8 workers, --timing_seeds runs each, seeds 0, 1, ...)
+of the variants in `configs.corrections.TIMED`: the time to the target set by the rule of the
+tables (S-SGD's mean final accuracy over the accuracy runs - 0.5 point), the time per epoch,
+r = Tc / Tp of each run and the bytes a rank hands to MPI a round (medians over the runs, with
+their range; `common.timing_summary`). Writes corrections.md, .json, .png and
+corrections_correct.npz (the per-example correctness of every run a verdict used) into
+--workdir.
 """
 
 import os
@@ -102,32 +103,23 @@ def _mean(values):
 
 
 def timing_rows(points, target: float | None) -> list[dict]:
-  """One row per timed variant (seed 0): time to `target`, per epoch, r and bytes."""
-  done = {p.arg['algo']: p for p in points if p.results}
-  base = done.get(config.REFERENCE)
-  base_time = common.time_to_target(base.results, target) if base and target else None
-  base_epoch = common.epoch_time(base.results) if base else None
+  """One row per timed variant over its timing runs (one per seed; `common.timing_summary`):
+  time to `target`, per epoch, r and bytes."""
+  by_variant = {}
+  for p in points:
+    if p.results:
+      by_variant.setdefault(p.arg['algo'], {})[p.arg['seed']] = p.results
+  base = by_variant.get(config.REFERENCE, {})
   rows = []
   for variant in TIMED:
-    p = done.get(variant)
-    if p is None:
+    runs = by_variant.get(variant)
+    if not runs:
       continue
-    timing = p.results.get('timing') or {}
-    t = common.time_to_target(p.results, target) if target is not None else None
-    epoch = common.epoch_time(p.results)
-    squeezed = p.results.get('snapshot_allreduce') or {}
+    squeezed = next(iter(runs.values())).get('snapshot_allreduce') or {}
     rows.append({
       'variant': variant,
-      'status': p.results.get('status'),
-      'final': accuracy.final(p) if p.results.get('status') == 'completed' else None,
-      'time_s': t,
-      'speedup': base_time / t if base_time and t else None,
-      'epoch_s': epoch,
-      'epoch_speedup': base_epoch / epoch if base_epoch and epoch else None,
-      'r': timing.get('r'),
-      'tp_s': timing.get('Tp_s'),
-      'tc_s': timing.get('Tc_s'),
-      'hidden': timing.get('hidden_fraction'),
+      **common.timing_summary(runs, base, target),
+      'status': sorted({r.get('status') for r in runs.values()}),
       'payload_bytes': squeezed.get('payload_bytes'),
     })  # fmt: skip
   return rows
@@ -171,25 +163,30 @@ def render(task, acc_rows, reference_finals, timed, target) -> str:
       f'| {_fmt(r["update_rel_error"], "{:.2%}")} | {_fmt(r["model_rel_error"], "{:.3%}")} |'
     )
   for link, rows in timed.items():
+    runs = sorted({r['runs'] for r in rows})
     lines += [
       '',
       f'Time on the link {link}: real MPI, 2 ranks of 8 workers (a compressed message per rank), '
-      f'seed 0, one run per variant. Target {_fmt(target, "{:.2f}")}% (S-SGD mean final - 0.5). '
-      "r: the run's own Tc / Tp (Tc of its snapshot allreduce; S-SGD: of its gradient "
-      'allreduce). Bytes: what a rank hands to MPI a round (payload, scales, flags).',
+      f'{"/".join(map(str, runs))} run(s) per variant (seeds 0, 1, ...). Target '
+      f'{_fmt(target, "{:.2f}")}% (S-SGD mean final - 0.5). With more than one run: the median '
+      "and, in brackets, the lowest and highest; a speedup is the median of the ratios to S-SGD's "
+      "run of the same seed. r: the run's own Tc / Tp (Tc of its snapshot allreduce; S-SGD: of "
+      'its gradient allreduce). Bytes: what a rank hands to MPI a round (payload, scales, flags).',
       '',
-      '| variant | final % | time to target (s) | speedup over S-SGD | s / epoch | epoch speedup '
-      '| r | hidden | bytes / round |',
-      '|---|---|---|---|---|---|---|---|---|',
+      '| variant | runs | final % | time to target (s) | speedup over S-SGD | s / epoch | epoch '
+      'speedup | r | hidden | bytes / round |',
+      '|---|---|---|---|---|---|---|---|---|---|',
     ]
     for r in rows:
-      reached = _fmt(r['time_s'], '{:.1f}')
-      if r['final'] is not None and r['time_s'] is None:
-        reached = 'not reached'
+      reached = common.spread(r['time_s'], r['time_range'], '{:.1f}')
+      if r['reached'] < r['runs']:
+        reached = 'not reached' if not r['reached'] else f'{r["reached"]} of {r["runs"]} reached'
       lines.append(
-        f'| {r["variant"]} | {_fmt(r["final"], "{:.2f}")} | {reached} '
-        f'| {_fmt(r["speedup"], "{:.2f}x")} | {_fmt(r["epoch_s"], "{:.3f}")} '
-        f'| {_fmt(r["epoch_speedup"], "{:.2f}x")} | {_fmt(r["r"], "{:.2f}")} '
+        f'| {r["variant"]} | {r["runs"]} | {_fmt(r["final"], "{:.2f}")} | {reached} '
+        f'| {common.spread(r["speedup"], r["speedup_range"], "{:.2f}x")} '
+        f'| {common.spread(r["epoch_s"], r["epoch_range"], "{:.3f}")} '
+        f'| {common.spread(r["epoch_speedup"], r["epoch_speedup_range"], "{:.2f}x")} '
+        f'| {common.spread(r["r"], r["r_range"], "{:.2f}")} '
         f'| {_fmt(r["hidden"], "{:.0%}")} | {_fmt(r["payload_bytes"], "{:,}")} |'
       )
   return '\n'.join(lines) + '\n'
@@ -214,12 +211,12 @@ def plot(task, acc_rows, timed_points, title):
   ax.set_title(scales.task_title(task, 'cpu'), fontsize=9)
   for ax, (link, points) in zip(axes[0][1:], timed_points.items()):
     for i, variant in enumerate(TIMED):
-      p = next((q for q in points if q.arg['algo'] == variant and q.results), None)
-      if p is None:
-        continue
-      epochs = p.results['epochs']
-      ax.plot([e['train_time_s'] for e in epochs], [100 * e['test_accuracy'] for e in epochs],
-              label=variant, color=f'C{i}')  # fmt: skip
+      runs = [q for q in points if q.arg['algo'] == variant and q.results]
+      for j, p in enumerate(sorted(runs, key=lambda q: int(q.arg['seed']))):
+        epochs = p.results['epochs']
+        ax.plot([e['train_time_s'] for e in epochs], [100 * e['test_accuracy'] for e in epochs],
+                label=variant if j == 0 else None, color=f'C{i}', alpha=1.0 if j == 0 else 0.5,
+                lw=1.2 if j == 0 else 0.8)  # fmt: skip
     ax.set_xlabel('training time (s), evaluation excluded')
     ax.set_ylabel('test accuracy (%)')
     ax.set_title(f'MPI 2 x 8, {link}', fontsize=9)
@@ -244,7 +241,8 @@ def make() -> int:
   target = statistics.mean(finals) - accuracy.MARGIN if finals else None
   timed, timed_points, everything = {}, {}, list(points)
   for link in FLAGS.timing_links:
-    run = common.run(config, f'task={task},seeds=1,timing=true', timing=True, link=link)
+    arg = f'task={task},seeds={FLAGS.timing_seeds},timing=true'
+    run = common.run(config, arg, timing=True, link=link)
     if run is None:
       return 0
     run = [p for p in _as_rows(run) if p.arg['algo'] in TIMED]

@@ -11,6 +11,7 @@ README.md holds exactly this rendering, so a figure in the README cannot drift f
 
 import json
 import os
+import re
 import sys
 
 from cocod_jax import files
@@ -46,7 +47,7 @@ def section(name: str, root: str) -> str | None:
   title = lines[0].lstrip('# ').strip()
   body = '\n'.join(lines[1:]).strip('\n')
   # Images are named relative to the artefact's folder; the README sits two levels up.
-  body = body.replace(f']({name}.png)', f']({FOLDER}/{name}.png)')
+  body = re.sub(rf'\]\(({re.escape(name)}(_\d+)?\.png)\)', rf']({FOLDER}/\1)', body)
   return f'### {title}\n\n{_provenance_line(data).format(name=name)}\n\n{body}\n'
 
 
