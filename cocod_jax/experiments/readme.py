@@ -20,7 +20,7 @@ from cocod_jax import provenance
 BEGIN = '<!-- results: rendered by python -m cocod_jax.experiments.readme; do not edit -->'
 END = '<!-- end of results -->'
 FOLDER = os.path.join('docs', 'paper-cpu')
-ARTEFACTS = ('table1', 'table2', 'fig2', 'fig5', 'fig3', 'fig6', 'ablation', 'corrections')
+ARTEFACTS = ('table1', 'table2', 'fig2', 'fig5', 'fig3', 'fig6', 'fig4', 'ablation', 'corrections')
 
 
 def _provenance_line(data: dict) -> str:
