@@ -12,7 +12,7 @@ preemption), `kill_in_checkpoint` (SIGKILL after writing its part of the first c
 after step `--fault_step`, before the commit), `sigterm_in_allreduce` (SIGTERM to itself from
 inside its `--fault_step`-th background collective, which then takes a second more: the signal
 arrives while a CoCoD-SGD snapshot average is in flight), `pause_at_step` (at global step
-`--fault_step`, writes WORKDIR/paused and sleeps PAUSE_S: time for a test to signal the job
+`--fault_step`, writes WORKDIR/paused and sleeps 3 s: time for a test to signal the job
 mid-run).
 """
 
@@ -39,9 +39,6 @@ flags.DEFINE_integer('fault_rank', 1, 'The rank that fails.')
 flags.DEFINE_integer('fault_step', 0, 'The global step of the step faults.')
 
 _calls = {'reduce': 0, 'start': 0, 'background': 0}
-# pause_at_step's pause: on a loaded machine a Ctrl-C took more than 3 s to pass through
-# mpirun.sh and mpirun to the ranks (the job then finished with exit 0); below comm.timeout_s.
-PAUSE_S = 8.0
 
 
 def _rank():
@@ -95,7 +92,7 @@ def _inject(fault, step):
         os.kill(os.getpid(), signal.SIGKILL if fault == 'kill_at_step' else signal.SIGTERM)
       if t == step and fault == 'pause_at_step':
         open(os.path.join(flags.FLAGS.workdir, 'paused'), 'w').close()
-        time.sleep(PAUSE_S)
+        time.sleep(3.0)
       return _step(self, state, data, t)
 
     cls.step = stepped
