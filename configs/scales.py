@@ -49,6 +49,28 @@ CPU_SEEDS = {
   2: {'c10_r18': 3, 'c10_v16': 3, 'c100_r18': 3, 'c100_v16': 3},
 }
 
+# artefact -> the experiment flags it runs with at the cpu scale, registered with the
+# preregistration's amendments (docs/paper-cpu/PREREGISTRATION.md) and applied by
+# `cocod_jax.experiments.<artefact>` and `.paper` to every flag the command line leaves unset,
+# so that `make paper-cpu` makes the committed artefacts: Figure 3 on the CNN columns at r ~ 1
+# and r ~ 3 with two seeds (amendment 2), Figure 6 on the 50 Mbit/s link (amendment 1), Figure 4
+# on 1 Gbit/s, where the clusters100 MLP's allreduce weighs as communication does in the paper.
+CPU_ARTEFACT_FLAGS = {
+  'fig3': {
+    'seeds': 2,
+    'timing_tasks': ['c10_r18', 'c100_r18'],
+    'timing_links': ['50mbit/8kb/8000', '18mbit/8kb/8000'],
+  },
+  'fig6': {'link_rate': '50mbit/8kb/8000'},
+  'fig4': {'link_rate': '1gbit'},
+}
+
+
+def artefact_flags(name: str, scale: str) -> dict:
+  """The registered experiment flags of artefact `name` at `scale` (CPU_ARTEFACT_FLAGS at the cpu
+  scale; none at the others, whose flags are the command line's)."""
+  return dict(CPU_ARTEFACT_FLAGS.get(name, {})) if scale == 'cpu' else {}
+
 
 def registered_seeds(table: int, task: str, scale: str) -> int:
   """Seeds per cell of `table` (1 or 2) when a sweep asks for the registered number (seeds=0):

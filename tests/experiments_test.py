@@ -363,3 +363,48 @@ def test_a_table_sweep_takes_a_subset_of_its_tasks():
   assert set(added) < set(everything)
   with pytest.raises(config_args.ConfigArgError, match="tasks='mnist'.*c10_v16"):
     table1.sweep(lambda config_arg: None, 'seeds=1,tasks=c10_r18;mnist')
+
+
+def test_registered_flags_fill_what_the_command_line_leaves_unset(monkeypatch):
+  # At the cpu scale Figure 3 runs with its registered seeds, tasks and links unless the command
+  # line says otherwise, and every flag is its default again once the artefact has run (`paper`
+  # runs Figure 3, then Figure 6 and Figure 4 with flags of their own).
+  from cocod_jax.experiments import artefacts  # pylint: disable=g-import-not-at-top
+
+  if 'scale' not in common.FLAGS:
+    cocod_flags.define_experiment_flags()
+  seen = {}
+
+  def record(name):
+    seen[name] = {f: common.FLAGS[f].value for f in ('seeds', 'timing_links', 'link_rate')}
+    return 0
+
+  for name in ('fig3', 'fig4'):
+    monkeypatch.setitem(artefacts.ARTEFACTS, name, lambda name=name: record(name))
+  try:
+    common.FLAGS(['test', '--scale=cpu', '--timing_links=1gbit'])
+    assert artefacts.make('fig3') == 0 and artefacts.make('fig4') == 0
+    assert seen['fig3'] == {'seeds': 2, 'timing_links': ['1gbit'], 'link_rate': ''}
+    assert seen['fig4'] == {'seeds': 0, 'timing_links': ['1gbit'], 'link_rate': '1gbit'}
+    assert (common.FLAGS.seeds, common.FLAGS.link_rate) == (0, '')
+    common.FLAGS.unparse_flags()
+    common.FLAGS(['test', '--scale=smoke'])  # No registered flags below or above the cpu scale.
+    artefacts.make('fig3')
+    assert seen['fig3'] == {'seeds': 0, 'timing_links': [], 'link_rate': ''}
+  finally:
+    common.FLAGS.unparse_flags()
+
+
+@pytest.mark.parametrize('name', sorted(scales.CPU_ARTEFACT_FLAGS))
+def test_committed_timing_artefacts_were_made_with_the_registered_flags(name):
+  # `make paper-cpu` makes what docs/paper-cpu holds: the committed figure's links, tasks and
+  # seeds are the registered ones of configs/scales.py.
+  with open(os.path.join(ROOT, 'docs', 'paper-cpu', f'{name}.json')) as f:
+    data = json.load(f)
+  registered = scales.artefact_flags(name, 'cpu')
+  links = data.get('links') or [data['link']]
+  assert links == registered.get('timing_links', [registered.get('link_rate')])
+  if 'timing_tasks' in registered:
+    assert sorted({p['arg']['task'] for p in data['points']}) == sorted(registered['timing_tasks'])
+  if 'seeds' in registered:
+    assert len({p['arg']['seed'] for p in data['points']}) == registered['seeds']

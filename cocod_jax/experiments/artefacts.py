@@ -8,6 +8,7 @@ when its sweep finished (every point done or diverged) and 1 otherwise; a sweep 
 run (a dry run, a Slurm submission) renders nothing and returns 0.
 """
 
+import contextlib
 import functools
 import json
 import os
@@ -238,9 +239,33 @@ def ablation() -> int:
 
 
 def paper() -> int:
-  """Every artefact in order (Figures 2 and 5 reuse the tables' runs); 0 when all finished."""
+  """Every artefact in order (Figures 2 and 5 reuse the tables' runs), each with its registered
+  flags; 0 when all finished."""
   names = ('table1', 'table2', 'fig2', 'fig5', 'fig3', 'fig6', 'fig4')
-  return max(ARTEFACTS[name]() for name in names)
+  return max(make(name) for name in names)
+
+
+@contextlib.contextmanager
+def registered(name: str):
+  """While artefact `name` runs: its registered flags at --scale (configs/scales.py
+  `artefact_flags`) in place of the defaults of the flags the command line left unset; the
+  defaults again afterwards (`paper` runs the artefacts one after the other)."""
+  saved = {}
+  for flag, value in scales.artefact_flags(name, FLAGS.scale).items():
+    if not FLAGS[flag].present:
+      saved[flag] = FLAGS[flag].value
+      FLAGS[flag].value = value
+  try:
+    yield
+  finally:
+    for flag, value in saved.items():
+      FLAGS[flag].value = value
+
+
+def make(name: str) -> int:
+  """Artefact `name` with its registered flags; its exit status."""
+  with registered(name):
+    return ARTEFACTS[name]()
 
 
 # name -> the function that makes it (what each prints: its docstring).
@@ -256,11 +281,10 @@ ARTEFACTS = {
 
 def main(name: str) -> None:
   """The entry point of artefact `name`: defines the flags, runs it, exits with its status."""
-  make = ARTEFACTS[name]
   cocod_flags.define_experiment_flags()
 
   def run(argv):
     del argv
-    sys.exit(make())
+    sys.exit(make(name))
 
   app.run(run)

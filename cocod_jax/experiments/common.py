@@ -128,12 +128,18 @@ def write_npz(name: str, arrays: dict):
   os.replace(path + '.tmp.npz', path)
 
 
+EXPERIMENT_FLAGS = ('seeds', 'task', 'link_rate', 'timing_links', 'timing_tasks', 'timing_seeds')
+
+
 def provenance(points: list[Point], backend: str) -> dict:
   return {
     'scale': FLAGS.scale,
     'commit': provenance_lib.commit(),
     'dirty': provenance_lib.dirty(),
     'command': provenance_lib.command(),
+    # The experiment flags in effect, the registered ones included (configs/scales.py
+    # `artefact_flags`), which the command does not show.
+    'flags': {name: FLAGS[name].value for name in EXPERIMENT_FLAGS if name in FLAGS},
     'hardware': hardware(),
     'backend': backend,
     # The runs' wall time as the runner recorded it (their sum: the compute the artefact took,
