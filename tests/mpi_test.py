@@ -412,12 +412,17 @@ def test_one_host_run_under_mpirun_refused(tmp_path):
 
 def test_ctrl_c_on_mpirun_checkpoints_and_says_so(tmp_path):
   # Ctrl-C at a terminal: SIGINT to mpirun.sh's process group (stdin a terminal). Every rank
-  # checkpoints, prints the line, and the job exits 75.
+  # checkpoints, prints the line, and the job exits 75. A terminal's foreground job has SIGINT at
+  # its default action; a suite started in the background of a shell has it ignored, which exec
+  # keeps and bash then cannot trap, so mpirun.sh starts through `exec` with the default restored.
   workdir = tmp_path / 'run'
   env = dict(os.environ)
   env.pop('XLA_FLAGS', None)
   args = ['--fault=pause_at_step', '--fault_step=20', f'--workdir={workdir}', *CKPT]
-  cmd = [MPIRUN, '-np', '2', sys.executable, 'tests/faults.py', *args]
+  default_sigint = 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); '
+  default_sigint += 'os.execv(sys.argv[1], sys.argv[1:])'
+  cmd = [sys.executable, '-c', default_sigint, MPIRUN, '-np', '2', sys.executable,
+         'tests/faults.py', *args]  # fmt: skip
   terminal, tty = os.openpty()
   try:
     p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=tty, stdout=subprocess.PIPE,

@@ -1,8 +1,10 @@
 """The README's measured results are the committed artefacts': the block equals their rendering,
-and each table's verdicts follow from its committed per-example correctness."""
+each table's verdicts follow from its committed per-example correctness, and the prose around
+the block quotes only figures its paragraph's artefacts print."""
 
 import json
 import os
+import re
 import subprocess
 
 import numpy as np
@@ -95,3 +97,47 @@ def test_artefacts_name_a_commit_of_this_repository():
                              capture_output=True, text=True, check=False)  # fmt: skip
     ok = known.returncode == 0 or shallow.stdout.strip() == 'true'
     assert ok, f'{name}: commit {data["commit"]} unknown'
+
+
+# A figure with two decimals, with its sign where one is written (after a space or a bracket, so
+# that a range "2.30-2.38" is two unsigned figures) and its "x" where it is a speedup.
+FIGURE = re.compile(r'(?:(?<=[\s(\[])[-+])?\d+\.\d\d(?![\d])x?')
+# How the README's prose names an artefact of docs/paper-cpu.
+NAMED = {'Table 1': 'table1', 'Table 2': 'table2', 'Figure 3': 'fig3', 'Figure 4': 'fig4',
+         'Figure 6': 'fig6', 'ablation': 'ablation', 'corrections': 'corrections'}  # fmt: skip
+
+
+def _results_paragraphs(text: str) -> list[tuple[str, set[str]]]:
+  """The README's prose about the committed results, outside the rendered block, as paragraphs,
+  each with the artefacts it names: the section on the corrections (all of it about
+  corrections.md) and what follows the block up to the benchmark (which quotes `make bench`)."""
+  section = text[text.index('## Beyond the paper') : text.index("## The paper's experiments")]
+  after = text[text.index(readme.END) + len(readme.END) : text.index('## Benchmark')]
+  out = [(section, {'corrections'})]
+  for paragraph in after.split('\n\n'):
+    out.append((paragraph, {name for words, name in NAMED.items() if words in paragraph}))
+  return out
+
+
+def _printed(name: str) -> set[str]:
+  with open(os.path.join(FOLDER, f'{name}.md')) as f:
+    return set(FIGURE.findall(f.read()))
+
+
+def test_results_prose_quotes_only_figures_of_the_artefacts_it_names():
+  # Every such figure in that prose (accuracies, differences, intervals, r, speedups) is printed,
+  # in the same form, in an artefact its paragraph names (docs/paper-cpu/<name>.md): rerendered
+  # artefacts whose numbers moved fail here until the prose is rewritten from them.
+  with open(os.path.join(ROOT, 'README.md')) as f:
+    paragraphs = _results_paragraphs(f.read())
+  quoted = 0
+  for paragraph, names in paragraphs:
+    figures = set(FIGURE.findall(paragraph))
+    if not figures:
+      continue
+    assert names, f'a paragraph quotes {sorted(figures)} but names no artefact: {paragraph[:80]}'
+    printed = set().union(*(_printed(name) for name in names))
+    missing = sorted(figures - printed)
+    assert not missing, f'{missing} are in none of {sorted(names)}: {paragraph[:80]}'
+    quoted += len(figures)
+  assert quoted >= 20  # The sections are found, and they do quote results.
