@@ -233,7 +233,25 @@ def test_time_figure_two_seeds_two_links_model_from_the_other_seed(tmp_path):
   assert '## Link A' in text and '![fig3](fig3.png)' in text and '![fig3_2](fig3_2.png)' in text
   assert '| CoCoD-SGD | 2 | 80.00 | 80.00 | 2.0 | 2.50x [2.00x, 3.00x] |' in text
   assert '| 1 of 2 reached | - |' in text
+  # Where the time goes, seed by seed: no warm-up in these configs, so it ends at 0 s and the
+  # seconds per epoch are over every epoch; S-SGD reaches 80% at epoch 2 (4 s and 6 s).
+  assert '| S-SGD | 2.00 / 3.00 | 0.00 / 0.00 | 2.000 / 3.000 | 2 / 2 ' in text
+  assert rows['B', 'cocod_sgd']['by_seed']['1']['epoch_reached'] is None
+  assert '| 1.000 / 1.000 | 2 / - | 2.00 / - |' in text
   assert (tmp_path / 'fig3.png').exists() and (tmp_path / 'fig3_2.png').exists()
+
+
+def test_where_the_time_goes_splits_compilation_warmup_and_the_rest():
+  # Epochs end at 5, 6, 6.5, 7, 7.5 s (compilation in epoch 1; period 1 for 2 epochs); the
+  # accuracy reaches 80% at epoch 4: warm-up ends at 6 s, then (7.5 - 6) / 3 = 0.5 s an epoch.
+  accs = (0.5, 0.7, 0.75, 0.8, 0.82)
+  epochs = [{'epoch': i + 1, 'train_time_s': t, 'test_accuracy': a}
+            for i, (t, a) in enumerate(zip((5.0, 6.0, 6.5, 7.0, 7.5), accs))]  # fmt: skip
+  results = {'epochs': epochs, 'config': {'algorithm': {'warmup_period_epochs': 2}}}
+  got = common.where_the_time_goes(results, 80.0)
+  assert got == {'first_epoch_s': 5.0, 'warmup_epochs': 2, 'warmup_s': 6.0,
+                 'after_warmup_epoch_s': pytest.approx(0.5), 'epoch_reached': 4}  # fmt: skip
+  assert common.where_the_time_goes(results, 90.0)['epoch_reached'] is None
 
 
 def test_figure4_model_comes_from_the_calibration_runs(tmp_path, monkeypatch):

@@ -230,6 +230,29 @@ def time_to_target(results: dict, target: float) -> float | None:
   return None
 
 
+def where_the_time_goes(results: dict, target: float | None) -> dict:
+  """A timing run's time to target taken apart (descriptive; not a registered statistic): the
+  training time at the end of epoch 1 (compilation included) and at the end of the period-1
+  warm-up (`algorithm.warmup_period_epochs`), the seconds per epoch after that warm-up, and the
+  epoch at which the run first reached `target` (None when it never did)."""
+  times = [e['train_time_s'] for e in results.get('epochs', [])]
+  warmup = min(int(results['config']['algorithm'].get('warmup_period_epochs', 0) or 0), len(times))
+  warmup_s = times[warmup - 1] if warmup else 0.0
+  reached = None
+  if target is not None:
+    reached = next(
+      (e['epoch'] for e in results['epochs'] if 100.0 * e['test_accuracy'] >= target), None
+    )  # fmt: skip
+  after = len(times) - warmup
+  return {
+    'first_epoch_s': times[0] if times else None,
+    'warmup_epochs': warmup,
+    'warmup_s': warmup_s,
+    'after_warmup_epoch_s': (times[-1] - warmup_s) / after if after > 0 else None,
+    'epoch_reached': reached,
+  }
+
+
 def _median(values):
   values = [v for v in values if v is not None]
   return statistics.median(values) if values else None
@@ -282,6 +305,7 @@ def timing_summary(runs: dict, base: dict, target: float | None) -> dict:
     'tp_s': _median(t.get('Tp_s') for t in timing),
     'tc_s': _median(t.get('Tc_s') for t in timing),
     'hidden': _median(t.get('hidden_fraction') for t in timing),
+    'by_seed': {s: {**where_the_time_goes(r, target), 'time_s': times[s]} for s, r in runs.items()},
   }
 
 
@@ -353,8 +377,37 @@ def time_to_accuracy(by_link, algos, tasks, setting, task_title, name, title, ta
           f'| {fmt(row["paper"], "{:.1f}x")} | {spread(row["r"], row["r_range"], "{:.2f}")} '
           f'| {fmt(row["hidden"], "{:.0%}")} |'
         )
+    lines += _breakdown([r for r in rows if r['link'] == link], task_title)
   data = {'rows': rows, 'target_margin': MARGIN, 'links': list(by_link), 'model_from': calibrated}
   return '\n'.join(lines) + '\n', data
+
+
+def _breakdown(rows, task_title) -> list[str]:
+  """The Markdown of where each row's time to target goes, seed by seed (`where_the_time_goes`)."""
+  lines = [
+    '',
+    'Where the time to target goes, run by run (seeds in order, separated by /; descriptive, '
+    'not a registered statistic): training time at the end of epoch 1 (compilation included) '
+    'and at the end of the period-1 warm-up, the seconds per epoch after it, the epoch at which '
+    'the run first reached the target, and its time to target.',
+    '',
+    '| task | algorithm | epoch 1 (s) | warm-up end (s) | after it, s / epoch | epoch at target '
+    '| time to target (s) |',
+    '|---|---|---|---|---|---|---|',
+  ]
+  for row in rows:
+    runs = [row['by_seed'][s] for s in row['seeds']]
+
+    def each(key, f, runs=runs):
+      return ' / '.join('-' if r[key] is None else f.format(r[key]) for r in runs)
+
+    lines.append(
+      f'| {task_title(row["task"], FLAGS.scale)} | {published.NAMES[row["algo"]]} '
+      f'| {each("first_epoch_s", "{:.2f}")} | {each("warmup_s", "{:.2f}")} '
+      f'| {each("after_warmup_epoch_s", "{:.3f}")} | {each("epoch_reached", "{}")} '
+      f'| {each("time_s", "{:.2f}")} |'
+    )
+  return lines
 
 
 def _time_rows(done, algos, task, setting, target) -> list[dict]:
