@@ -310,7 +310,8 @@ def _variant_point(variant, seed, final, times=(1.0, 2.0), state='DONE', extra=N
   epochs = [{'epoch': e + 1, 'test_accuracy': a, 'train_loss': 1.0, 'train_time_s': t}
             for e, (a, t) in enumerate(zip(accs, times))]  # fmt: skip
   results = {'status': 'completed' if state == 'DONE' else 'diverged', 'epochs': epochs,
-             'final': {'test_accuracy': final / 100}, **(extra or {})}  # fmt: skip
+             'final': {'test_accuracy': final / 100}, 'config': {'algorithm': {'period': 5}},
+             **(extra or {})}  # fmt: skip
   arg = {'variant': variant, 'algo': variant, 'task': 'c100_r18', 'seed': str(seed)}
   return common.Point(arg, state, f'points/{variant}.s{seed}', 'h', results)
 
