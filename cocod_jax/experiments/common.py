@@ -221,13 +221,16 @@ def targets_from(table: dict, reference: str = 'ssgd') -> dict:
   }
 
 
+def first_epoch_at(results: dict, target: float) -> dict | None:
+  """The record of the first epoch whose test accuracy reaches `target` (%); None when none does."""
+  return next((e for e in results['epochs'] if 100.0 * e['test_accuracy'] >= target), None)
+
+
 def time_to_target(results: dict, target: float) -> float | None:
   """Training time (evaluation excluded) at the end of the first epoch whose test accuracy
   reaches `target` (%); None when no epoch does."""
-  for e in results['epochs']:
-    if 100.0 * e['test_accuracy'] >= target:
-      return e['train_time_s']
-  return None
+  epoch = first_epoch_at(results, target)
+  return epoch['train_time_s'] if epoch else None
 
 
 def where_the_time_goes(results: dict, target: float | None) -> dict:
@@ -238,18 +241,14 @@ def where_the_time_goes(results: dict, target: float | None) -> dict:
   times = [e['train_time_s'] for e in results.get('epochs', [])]
   warmup = min(int(results['config']['algorithm'].get('warmup_period_epochs', 0) or 0), len(times))
   warmup_s = times[warmup - 1] if warmup else 0.0
-  reached = None
-  if target is not None:
-    reached = next(
-      (e['epoch'] for e in results['epochs'] if 100.0 * e['test_accuracy'] >= target), None
-    )  # fmt: skip
+  reached = first_epoch_at(results, target) if target is not None else None
   after = len(times) - warmup
   return {
     'first_epoch_s': times[0] if times else None,
     'warmup_epochs': warmup,
     'warmup_s': warmup_s,
     'after_warmup_epoch_s': (times[-1] - warmup_s) / after if after > 0 else None,
-    'epoch_reached': reached,
+    'epoch_reached': reached['epoch'] if reached else None,
   }
 
 
@@ -358,11 +357,12 @@ def time_to_accuracy(by_link, algos, tasks, setting, task_title, name, title, ta
       '| s / epoch | epoch speedup | model | epoch speedup / model | paper | r | hidden |',
       '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
     ]
+    link_rows = []
     for task in tasks:
       done = [p for p in points if p.arg['task'] == task and p.results]
       for row in _time_rows(done, algos, task, setting, targets.get(task)):
         row['link'] = link
-        rows.append(row)
+        link_rows.append(row)
         reached = spread(row['time_s'], row['time_range'], '{:.1f}')
         if row['reached'] < row['runs']:
           some = f'{row["reached"]} of {row["runs"]} reached'
@@ -377,7 +377,8 @@ def time_to_accuracy(by_link, algos, tasks, setting, task_title, name, title, ta
           f'| {fmt(row["paper"], "{:.1f}x")} | {spread(row["r"], row["r_range"], "{:.2f}")} '
           f'| {fmt(row["hidden"], "{:.0%}")} |'
         )
-    lines += _breakdown([r for r in rows if r['link'] == link], task_title)
+    rows += link_rows
+    lines += _breakdown(link_rows, task_title)
   data = {'rows': rows, 'target_margin': MARGIN, 'links': list(by_link), 'model_from': calibrated}
   return '\n'.join(lines) + '\n', data
 
