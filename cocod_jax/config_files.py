@@ -38,8 +38,50 @@ def load_module(path: str):
 
 
 def get_config(module, arg: str = ''):
-  """`module.get_config(arg)`, or `get_config()` without an argument (as ml_collections calls)."""
-  return module.get_config(arg) if arg else module.get_config()
+  """`module.get_config(arg)`, or `get_config()` without an argument (as ml_collections calls),
+  checked (`checked`)."""
+  config = module.get_config(arg) if arg else module.get_config()
+  return checked(config, f'{module.__file__}:{arg}' if arg else module.__file__)
+
+
+def checked(config, spec: str):
+  """`config`, what the config file `spec` made, when it is an ml_collections.ConfigDict with
+  every field of configs/common.py's base_config (their values may differ).
+
+  Raises:
+    errors.UsageError: another type, or a field missing (the first named, with how many more).
+  """
+  import ml_collections  # pylint: disable=g-import-not-at-top
+
+  from configs import common  # pylint: disable=g-import-not-at-top
+
+  allowed = 'allowed: a config file whose get_config() builds on configs/common.py base_config()'
+  if not isinstance(config, ml_collections.ConfigDict):
+    raise errors.UsageError(
+      f'--config={spec}: get_config() returned a {type(config).__name__}, not an '
+      f'ml_collections.ConfigDict; {allowed}'
+    )
+  missing = []  # The highest missing node of each path: `algorithm`, not all its fields.
+  for path in flatten(common.base_config()):
+    gap = _gap(config, path)
+    if gap and gap not in missing:
+      missing.append(gap)
+  if missing:
+    more = f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''
+    raise errors.UsageError(
+      f'--config={spec}: the config lacks the required field {missing[0]}{more}; {allowed}'
+    )
+  return config
+
+
+def _gap(config, path: str) -> str:
+  """The first prefix of the dotted `path` that `config` lacks ('' when it has the whole)."""
+  node, parts = config, path.split('.')
+  for i, part in enumerate(parts):
+    if not hasattr(node, 'keys') or part not in node.keys():
+      return '.'.join(parts[: i + 1])
+    node = node[part]
+  return ''
 
 
 def load(spec: str):

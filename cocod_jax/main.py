@@ -15,8 +15,8 @@ import sys
 
 from absl import app
 from absl import logging
-import ml_collections
 
+from cocod_jax import config_files
 from cocod_jax import errors
 from cocod_jax import flags as cocod_flags
 
@@ -33,7 +33,6 @@ def _fail(error, status=errors.EXIT_USAGE):
 def _flag_error(error, argv) -> str | errors.UsageError:
   """What to say about a command line that absl or ml_collections refused: the first override
   that cannot be set on the config (set as the sweep runner sets it), else absl's own line."""
-  from cocod_jax import config_files  # pylint: disable=g-import-not-at-top
 
   spec = next((a.split('=', 1)[1] for a in argv if a.startswith('--config=')), None)
   if spec is not None:
@@ -58,12 +57,11 @@ def parse_flags(argv):
       FLAGS.config.keys()
   except Exception as e:  # pylint: disable=broad-except
     _fail(_flag_error(e, argv))
-  if FLAGS['config'].present and not isinstance(FLAGS.config, ml_collections.ConfigDict):
-    _fail(
-      f'--config={FLAGS["config"].config_filename}: get_config() returned a '
-      f'{type(FLAGS.config).__name__}, not an ml_collections.ConfigDict; allowed: a config file '
-      'whose get_config() returns the ConfigDict of configs/common.py'
-    )
+  if FLAGS['config'].present:
+    try:  # The right type, every required field.
+      config_files.checked(FLAGS.config, FLAGS['config'].config_filename)
+    except errors.UsageError as e:
+      _fail(e)
   return rest
 
 

@@ -475,7 +475,8 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
     dataset: the loaded, checked dataset (default: `input_pipeline.load_checked`).
 
   Returns:
-    the results dictionary also written to `workdir/results.json` (None on other ranks).
+    the results dictionary also written to `workdir/results.json` (None on other ranks); for a
+    run the workdir holds finished already, those results, and nothing is written.
 
   Raises:
     Diverged: a NaN or Inf stopped training (results.json says so).
@@ -484,7 +485,14 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
     workdir.DiskFull: a write into the workdir found the disk full.
   """
   dataset = dataset or input_pipeline.load_checked(config)
-  with workdir_lib.claim(workdir, config, dataset):  # Before anything is written.
+  with workdir_lib.claim(workdir, config, dataset) as claim:  # Before anything is written.
+    if claim.finished is not None:  # A rerun of a finished run: nothing to do, nothing written.
+      if claim.finished:
+        acc = claim.finished.get('final', {}).get('test_accuracy')
+        print(f'the run in {workdir} is finished (num_epochs={config.num_epochs}, final test '
+              f'accuracy {acc:.4f}): nothing to do; more --config.num_epochs continues it',
+              flush=True)  # fmt: skip
+      return claim.finished or None
     return _train_and_evaluate(config, workdir, dataset)
 
 

@@ -206,11 +206,13 @@ def _is_rank0(config) -> bool:
 class Claim:
   """This run's hold on its workdir: the lock (on rank 0) and the recorded fingerprint.
 
-  Use as a context manager around the whole run; `release` lets the lock go.
+  Use as a context manager around the whole run; `release` lets the lock go. `finished`: the
+  completed results of this very run when the workdir holds them (rank 0's; {} on other ranks),
+  else None: the run has nothing to do.
   """
 
-  def __init__(self, workdir, lock=None):
-    self.workdir, self._lock = workdir, lock
+  def __init__(self, workdir, lock=None, finished=None):
+    self.workdir, self._lock, self.finished = workdir, lock, finished
 
   def release(self):
     if self._lock is not None:
@@ -294,7 +296,7 @@ def _take(workdir, config, dataset, say):
           'same config and data to continue it, or use another --workdir'
         )
     problem = problem or _finished_conflict(workdir, config)
-    if problem is None:
+    if problem is None and recorded != mine:  # A rerun rewrites nothing it would not change.
       with writing('the fingerprint', workdir):
         files.write_json_atomic(os.path.join(workdir, FINGERPRINT), mine)
   except BaseException:
@@ -306,6 +308,14 @@ def _take(workdir, config, dataset, say):
   return lock, None
 
 
+def _finished(workdir, config) -> dict | None:
+  """The completed results of this very run (same fingerprint, same num_epochs), or None."""
+  results = _read_json(os.path.join(workdir, RESULTS))
+  if not isinstance(results, dict) or results.get('status') != 'completed':
+    return None
+  return results if (results.get('config') or {}).get('num_epochs') == config.num_epochs else None
+
+
 def claim(workdir: str, config, dataset, say=print) -> Claim:
   """Takes `workdir` for this run (see the module docstring); every MPI rank calls it.
 
@@ -313,10 +323,11 @@ def claim(workdir: str, config, dataset, say=print) -> Claim:
     WorkdirError: on every rank alike, when the workdir is held by another run, holds another
       fingerprint, or holds finished results this run would rewrite.
   """
-  lock, problem = None, None
+  lock, problem, finished = None, None, None
   if _is_rank0(config):
     lock, problem = _take(workdir, config, dataset, say)
-  problem = _share(config)(problem)
+    finished = None if problem else _finished(workdir, config)
+  problem, done = _share(config)((problem, finished is not None))
   if problem:
     raise WorkdirError(problem)
-  return Claim(workdir, lock)
+  return Claim(workdir, lock, (finished or {}) if done else None)

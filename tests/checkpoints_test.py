@@ -174,7 +174,8 @@ def test_incomplete_checkpoint_is_skipped(tmp_path, capsys):
   root = tmp_path / 'run' / 'checkpoints'
   steps = sorted(os.listdir(root))
   assert steps == ['0000000004', '0000000008', '0000000012']
-  os.remove(root / steps[-1] / checkpoints.COMMIT)  # As if the run died while writing it.
+  os.remove(root / steps[-1] / checkpoints.COMMIT)  # As if the run died while writing it,
+  os.remove(tmp_path / 'run' / 'results.json')  # before it wrote its results.
   train.train_and_evaluate(c, str(tmp_path / 'run'))
   out = capsys.readouterr().out
   assert 'skipping the incomplete checkpoint at step 12' in out

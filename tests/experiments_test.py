@@ -427,3 +427,21 @@ def test_committed_timing_artefacts_were_made_with_the_registered_flags(name):
     assert sorted({p['arg']['task'] for p in data['points']}) == sorted(registered['timing_tasks'])
   if 'seeds' in registered:
     assert len({p['arg']['seed'] for p in data['points']}) == registered['seeds']
+
+
+def test_report_only_with_nothing_to_report_is_one_line(tmp_path):
+  # An experiment's --report_only in a workdir where none of its runs has results: one line
+  # naming the workdir, exit 2, and nothing written (before: every cell 'no pairs', exit 1).
+  workdir = tmp_path / 'empty'
+  env = dict(os.environ)
+  env.pop('XLA_FLAGS', None)
+  cmd = [sys.executable, '-m', 'cocod_jax.experiments.table1', '--scale=smoke',
+         f'--workdir={workdir}', '--report_only']  # fmt: skip
+  p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+  assert p.returncode == 2, p.stderr[-3000:]
+  assert p.stderr.splitlines() == [
+    f'error: --report_only: nothing to report in --workdir={workdir}: none of the 2 runs of '
+    'table1.py has results there; run without --report_only first, or name the workdir that '
+    'holds them'
+  ]
+  assert not workdir.exists()

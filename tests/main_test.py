@@ -167,6 +167,34 @@ def test_missing_config_file_is_one_line(tmp_path):
   _assert_refused(p, tmp_path / 'run', 'configs/nonexistent.py', 'no such config file')
 
 
+CONFIG_FILES = {
+  'not_a_configdict': ('def get_config():\n  return {"seed": 0}\n',
+                       'get_config() returned a dict, not an ml_collections.ConfigDict'),
+  'no_algorithm': ('import ml_collections\n\n\ndef get_config():\n'
+                   '  c = ml_collections.ConfigDict()\n  c.seed = 0\n  return c\n',
+                   'the config lacks the required field algorithm (and 16 more)'),
+  'no_optimizer_momentum': ('from configs import test\n\n\ndef get_config():\n'
+                            '  c = test.get_config()\n  del c.optimizer.momentum\n  return c\n',
+                            'the config lacks the required field optimizer.momentum;'),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize('case', sorted(CONFIG_FILES))
+def test_config_file_of_the_wrong_shape_is_one_line(tmp_path, case):
+  # A config file whose get_config returns another type, or lacks a field every config has: one
+  # line naming the file and the field, in the entry point and in the sweep alike.
+  text, words = CONFIG_FILES[case]
+  path = tmp_path / f'{case}.py'
+  path.write_text(text)
+  _assert_refused(_main(tmp_path / 'run', config=str(path)), tmp_path / 'run', str(path), words)
+  env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
+  cmd = [sys.executable, '-m', 'cocod_jax.sweep', f'--config={path}', f'--workdir={tmp_path / "w"}']
+  p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+  assert p.returncode == 2 and 'Traceback' not in p.stderr, p.stderr[-3000:]
+  assert f'error: point 0 (default): --config={path}: ' in p.stderr and words in p.stderr
+  assert not (tmp_path / 'w').exists()
+
+
 def test_verbose_shows_the_traceback(tmp_path):
   p = _main(tmp_path / 'run', '--config.algorithm.perod=3', '--verbose')
   assert p.returncode == 2 and 'Traceback' in p.stderr and "'algorithm.period'" in p.stderr

@@ -101,6 +101,37 @@ def test_mpi_job_size_from_the_environment(monkeypatch, env, refused):
 # --------------------------------------------------------------------------- the fingerprint
 
 
+def _contents(top):
+  """{relative path: bytes} of every file under `top`."""
+  out = {}
+  for d, _, names in os.walk(top):
+    for n in names:
+      path = os.path.join(d, n)
+      out[os.path.relpath(path, top)] = open(path, 'rb').read()
+  return out
+
+
+def test_rerun_of_a_finished_run_changes_nothing(tmp_path):
+  # The same command again on a finished run: one line saying so, exit 0, and every file of the
+  # workdir as it was, byte for byte (results, metrics, TensorBoard events; no new file). More
+  # epochs continue it from its last checkpoint as before.
+  wd = tmp_path / 'run'
+  first = main_test._main(wd, '--config.checkpoint.every_epochs=1')
+  assert first.returncode == 0, first.stderr[-3000:]
+  before = _contents(wd)
+  again = main_test._main(wd, '--config.checkpoint.every_epochs=1')
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert again.stdout.strip().splitlines() == [
+    f'the run in {wd} is finished (num_epochs=1, final test accuracy 0.8990): nothing to do; '
+    'more --config.num_epochs continues it'
+  ]
+  assert _contents(wd) == before
+  further = main_test._main(wd, '--config.checkpoint.every_epochs=1', '--config.num_epochs=2')
+  assert further.returncode == 0, further.stderr[-3000:]
+  assert 'resuming from the checkpoint at step 15 (epoch 2)' in further.stdout
+  assert json.loads((wd / 'results.json').read_text())['config']['num_epochs'] == 2
+
+
 def test_another_config_or_data_refused_and_results_kept(tmp_path):
   # Checkpoints off: a finished run's results.json must survive a rerun of another config, of a
   # changed npz under the same path, and of fewer or more epochs.
@@ -171,11 +202,18 @@ def finished(tmp_path_factory):
   return c, tmp / 'run'
 
 
+def _unfinished_copy(straight, wd):
+  """A copy of the finished run without its results: a run stopped after its last checkpoint,
+  which a rerun resumes (a rerun of a finished run has nothing to do)."""
+  shutil.copytree(straight, wd)
+  (wd / 'results.json').unlink()
+
+
 @pytest.mark.parametrize('kind', sorted(CORRUPTIONS))
 def test_unreadable_checkpoint_falls_back(tmp_path, capsys, finished, kind):
   c, straight = finished
   wd = tmp_path / 'run'
-  shutil.copytree(straight, wd)
+  _unfinished_copy(straight, wd)
   CORRUPTIONS[kind](str(wd / 'checkpoints' / '0000000012' / 'rank_0'))
   capsys.readouterr()
   train.train_and_evaluate(c, str(wd))
@@ -195,7 +233,7 @@ def test_unreadable_checkpoint_falls_back(tmp_path, capsys, finished, kind):
 def test_no_readable_checkpoint_is_one_line(tmp_path, finished):
   c, straight = finished
   wd = tmp_path / 'run'
-  shutil.copytree(straight, wd)
+  _unfinished_copy(straight, wd)
   for step in os.listdir(wd / 'checkpoints'):
     CORRUPTIONS['bad_json'](str(wd / 'checkpoints' / step / 'rank_0'))
   with pytest.raises(checkpoints.ResumeError, match=r'no checkpoint in .* could be read') as e:
@@ -235,10 +273,11 @@ def test_full_disk_on_a_small_tmpfs(tmp_path):
 def test_full_disk_while_writing_results_keeps_the_old_ones(tmp_path, monkeypatch):
   # A write that raises ENOSPC (as a full disk does) while results.json is written: DiskFull in
   # one line naming what was written, and the results.json of the run before left whole.
-  c = _config(tmp_path, epochs=1)
+  c = _config(tmp_path, epochs=1, every=1)
   wd = tmp_path / 'run'
   train.train_and_evaluate(c, str(wd))
   before = (wd / 'results.json').read_bytes()
+  c.num_epochs = 2  # Continued, it writes results.json again (the same run would not).
   real = files.write_atomic
 
   def full(path, text):

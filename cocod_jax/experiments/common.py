@@ -91,8 +91,11 @@ def run(experiment, arg: str, timing: bool = False, link: str | None = None) -> 
     link_rate=(FLAGS.link_rate if link is None else link) if timing else '',
     overrides={'data_dir': FLAGS.data_dir} if FLAGS.data_dir else {},
   )
+  config = f'{experiment.__file__}:{arg}'
   try:
-    records = sweep.run_sweep(f'{experiment.__file__}:{arg}', **options)
+    if FLAGS.report_only:
+      _check_something_to_report(config)
+    records = sweep.run_sweep(config, **options)
   except errors.UsageError as e:  # Invalid points: every reason, nothing created.
     errors.fail(e)
   if FLAGS.dry_run or FLAGS.launcher == 'slurm':
@@ -103,6 +106,24 @@ def run(experiment, arg: str, timing: bool = False, link: str | None = None) -> 
     )  # fmt: skip
     for r in records
   ]
+
+
+def _check_something_to_report(config: str) -> None:
+  """--report_only renders runs that exist: refused before anything is written when none of the
+  sweep's points has results in --workdir.
+
+  Raises:
+    errors.UsageError: no point of `config` has run in --workdir.
+  """
+  from cocod_jax.sweep import points as points_lib  # pylint: disable=g-import-not-at-top
+
+  points = points_lib.expand(config, FLAGS.workdir)
+  if not any(os.path.exists(os.path.join(p.dir, 'results.json')) for p in points):
+    raise errors.UsageError(
+      f'--report_only: nothing to report in --workdir={FLAGS.workdir}: none of the '
+      f'{len(points)} runs of {os.path.basename(config.split(":")[0])} has results there; '
+      'run without --report_only first, or name the workdir that holds them'
+    )
 
 
 def write(name: str, text: str | None = None, data: Any = None):

@@ -193,6 +193,8 @@ def _resolve(module, config_arg: str, point_overrides: dict, sweep_overrides: di
 
   try:
     config = config_files.get_config(module, config_arg)
+  except errors.UsageError as e:  # The wrong type, a required field missing: says which.
+    return None, {}, e.problems, []
   except Exception as e:  # pylint: disable=broad-except
     return None, {}, [f'get_config({config_arg!r}) failed: {type(e).__name__}: {e}'], []
   config.lock()  # As the entry point (lock_config=True): an override cannot add a field.
