@@ -22,12 +22,17 @@ GOLDEN = os.path.join(ROOT, 'tests', 'data', 'experiments')
 ARTEFACTS = ('table1', 'table2', 'fig2', 'fig3', 'fig4', 'fig5', 'fig6')
 
 
-def _paper(workdir, *extra):
+def _experiment(name, workdir, *extra):
+  """`python -m cocod_jax.experiments.<name> --scale=smoke --workdir=<workdir> <extra>`."""
   env = dict(os.environ)
   env.pop('XLA_FLAGS', None)
-  cmd = [sys.executable, '-m', 'cocod_jax.experiments.paper', '--scale=smoke',
+  cmd = [sys.executable, '-m', f'cocod_jax.experiments.{name}', '--scale=smoke',
          f'--workdir={workdir}', *extra]  # fmt: skip
   return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+
+
+def _paper(workdir, *extra):
+  return _experiment('paper', workdir, *extra)
 
 
 def test_every_artefact_at_smoke_scale(tmp_path):
@@ -433,11 +438,7 @@ def test_report_only_with_nothing_to_report_is_one_line(tmp_path):
   # An experiment's --report_only in a workdir where none of its runs has results: one line
   # naming the workdir, exit 2, and nothing written (before: every cell 'no pairs', exit 1).
   workdir = tmp_path / 'empty'
-  env = dict(os.environ)
-  env.pop('XLA_FLAGS', None)
-  cmd = [sys.executable, '-m', 'cocod_jax.experiments.table1', '--scale=smoke',
-         f'--workdir={workdir}', '--report_only']  # fmt: skip
-  p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+  p = _experiment('table1', workdir, '--report_only')
   assert p.returncode == 2, p.stderr[-3000:]
   assert p.stderr.splitlines() == [
     f'error: --report_only: nothing to report in --workdir={workdir}: none of the 2 runs of '
