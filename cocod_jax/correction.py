@@ -1,9 +1,9 @@
 """What a worker does when the average of its round arrives: the corrections, as optax-style
 transforms, and the weighted average.
 
-CoCoD-SGD (ALGORITHMS.md) sends a snapshot `s_i` at the start of a round, averages the snapshots
-in the background while k local steps run (`a = sum_j w_j s_j`), and then corrects the local
-model `x_i`. Systems that overlap an allreduce with local steps since the paper differ in this
+CoCoD-SGD (docs/algorithms.md) sends a snapshot `s_i` at the start of a round, averages the
+snapshots in the background while k local steps run (`a = sum_j w_j s_j`), and then corrects the
+local model `x_i`. Systems that overlap an allreduce with local steps since the paper differ in this
 one line; `algorithm.correction` picks it:
 
 - `cocod` (the paper's, the default): `x <- a + (x - s)`, evaluated as `x + (a - s)`. The next

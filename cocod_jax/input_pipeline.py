@@ -338,7 +338,8 @@ def _load_tfds(name, data_dir):
   out = {}
   try:
     for split in ('train', 'test'):
-      # Iterate in batches: `batch_size=-1` aborts under `tfds.testing.mock_data` (NOTES.md).
+      # Iterate in batches: `batch_size=-1` aborts under `tfds.testing.mock_data`
+      # (docs/design-notes.md).
       xs, ys = [], []
       for ex in tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False).batch(4096)):
         xs.append(ex['image'])

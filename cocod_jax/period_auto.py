@@ -1,7 +1,7 @@
 """`algorithm.period='auto'`: the period k chosen from a short measurement at the start of a run.
 
 With `Tp` the time of one local step and `Tc` the time of one allreduce of the synced model
-(ALGORITHMS.md, "The time model"), a CoCoD-SGD step costs about `max(Tp, Tc / k)`: the smallest
+(docs/algorithms.md, "The time model"), a CoCoD-SGD step costs about `max(Tp, Tc / k)`: the smallest
 period that hides the communication behind the round's local steps is the smallest k with
 `k Tp >= Tc`, `choose_period`: `max(1, ceil(Tc / Tp))`, at most MAX_PERIOD. Local-SGD
 (`Tp + Tc / k`) takes the same rule: the smallest k whose communication is no more than its

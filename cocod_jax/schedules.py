@@ -1,7 +1,7 @@
 """Batch sizes, weights, learning rate and communication period: pure functions of the config.
 
 Derived values are computed only here, so that an override (`--config.batch_size=64`) changes
-every quantity that follows from it consistently (ALGORITHMS.md, "Schedules" and
+every quantity that follows from it consistently (docs/algorithms.md, "Schedules" and
 "Heterogeneous clusters").
 """
 
@@ -40,7 +40,7 @@ def local_periods(config, k: int) -> list[int]:
 
 
 def shard_weights(config) -> list[float]:
-  """|D_i| ~ M_i * k_i: what each worker consumes in a round (ALGORITHMS.md), so that all
+  """|D_i| ~ M_i * k_i: what each worker consumes in a round (docs/algorithms.md), so that all
   workers finish an epoch together; k_i for the period after the warm-up."""
   sizes = batch_sizes(config)
   periods = local_periods(config, config.algorithm.period)
@@ -49,7 +49,7 @@ def shard_weights(config) -> list[float]:
 
 def worker_table(config) -> list[dict]:
   """Per worker: speed C_i, batch M_i, local steps k_i per round, and the share of every round it
-  spends waiting for the slowest by the time model (ALGORITHMS.md): worker i needs time
+  spends waiting for the slowest by the time model (docs/algorithms.md): worker i needs time
   ~ M_i k_i / C_i for a round, and the round lasts as long as the longest of these. With PS or
   AsynLocal-SGD the workers are balanced; without, the faster ones wait `1 - C_min / C_i`."""
   c, sizes = speeds(config), batch_sizes(config)
@@ -68,7 +68,8 @@ def worker_table(config) -> list[dict]:
 
 
 def worker_weights(sizes) -> list[float]:
-  """`w_i = M_i / sum_j M_j` (ALGORITHMS.md): every average in the project uses these weights."""
+  """`w_i = M_i / sum_j M_j` (docs/algorithms.md): every average in the project uses these
+  weights."""
   total = float(sum(sizes))
   return [m / total for m in sizes]
 

@@ -1,6 +1,6 @@
 """The pure per-worker step functions and the train state (one worker, unbatched).
 
-Model state `x` (ALGORITHMS.md) is `params` plus BatchNorm `batch_stats`. The optimizer
+Model state `x` (docs/algorithms.md) is `params` plus BatchNorm `batch_stats`. The optimizer
 (`optimizer`, optax) is SGD with momentum `mu` and weight decay `lambda` in the PyTorch form the
 paper used: `d = g + lambda * p; m <- mu * m + d; p <- p - lr_t * m`. The train state keeps its
 momentum trace `m` as a tree shaped like the parameters (what checkpoints hold and what

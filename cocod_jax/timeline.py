@@ -271,7 +271,8 @@ def describe(tm) -> str:
 
 def model_step_time(algorithm: str, tp: float, tc: float, k: int) -> float:
   """Section 4.2's time per step for a local step of `tp` and an allreduce of `tc` seconds
-  (ALGORITHMS.md, the time model); AsynLocal-SGD's is Local-SGD's with the slowest worker's step."""
+  (docs/algorithms.md, the time model); AsynLocal-SGD's is Local-SGD's with the slowest
+  worker's step."""
   return {
     'ssgd': tp + tc,
     'local_sgd': tp + tc / k,

@@ -17,7 +17,7 @@ Sections (each its own table and targets in bench.md):
   overlaps, so its Tp and Tc are clean) at two link rates; a fit `Tc = a + b / rate` gives the
   rate for each target `r = Tc/Tp`. For each r, `--repeats` rounds of the four algorithms (order
   rotated each repeat): time per step, speedup over the S-SGD run of the same repeat, the time
-  model of ALGORITHMS.md for the calibration's Tp and Tc at that rate (never the Tp and Tc of
+  model of docs/algorithms.md for the calibration's Tp and Tc at that rate (never the Tp and Tc of
   the runs it predicts), and the hidden fraction; then CoCoD-SGD
   with each `comm.staging` at the largest r, Pipe-SGD against its own Tp and Tc with the
   pipeline's refill at each epoch end, and a PNG of one measured round per algorithm.
@@ -94,7 +94,7 @@ FLAGS = flags.FLAGS
 
 
 def predicted_step(algorithm, tp, tc, k=K):
-  """Section 4.2's time per step for measured Tp and Tc (ALGORITHMS.md, the time model)."""
+  """Section 4.2's time per step for measured Tp and Tc (docs/algorithms.md, the time model)."""
   return timeline.model_step_time(algorithm, tp, tc, k)
 
 
@@ -369,7 +369,7 @@ def checkpoint_lines(result):
 
 
 def predicted_hetero(algorithm, tp_slow, tc, k=K):
-  """Time per global step of a mixed cluster (ALGORITHMS.md): the slowest worker's step without
+  """Time per global step of a mixed cluster (docs/algorithms.md): the slowest worker's step without
   balance; balanced (PS, AsynLocal-SGD) the homogeneous model with the balanced step, which on
   this cluster is the slow rank's: `tp_slow` either way."""
   return predicted_step(algorithm, tp_slow, tc, k)

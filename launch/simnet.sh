@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs a command on a simulated slower network: a private network namespace whose loopback is
 # rate-limited with a token bucket (tc tbf), with Open MPI told to use TCP over that loopback.
-# All MPI traffic of the job then really crosses the shaped link (shared/NOTES.md).
+# All MPI traffic of the job then really crosses the shaped link (docs/design-notes.md).
 #
 #   launch/simnet.sh --rate 1gbit -- launch/mpirun.sh -np 2 python -m cocod_jax.main ...
 #

@@ -19,7 +19,8 @@ def _timing(step, tp, tc, hidden, drain=0.0, round_time=None, steps=50):
 
 
 def test_time_model():
-  # ALGORITHMS.md: S-SGD Tp + Tc, Local-SGD Tp + Tc/k, Pipe-SGD max(Tp, Tc), CoCoD max(Tp, Tc/k).
+  # docs/algorithms.md: S-SGD Tp + Tc, Local-SGD Tp + Tc/k, Pipe-SGD max(Tp, Tc),
+  # CoCoD max(Tp, Tc/k).
   got = [bench.predicted_step(a, 0.1, 0.3, k=5) for a in bench.ALGOS]
   np.testing.assert_allclose(got, [0.4, 0.3, 0.16, 0.1], rtol=1e-9)
 

@@ -14,7 +14,8 @@ def test_real_models_shape_and_one_step(name, params_m):
   x = jnp.ones((2, 32, 32, 3))
   v = model.init(jax.random.PRNGKey(0), x, train=False)
   n_params = sum(a.size for a in jax.tree.leaves(v['params'])) / 1e6
-  assert abs(n_params - params_m) < 0.05, n_params  # The CIFAR variants (NOTES.md figures).
+  # The CIFAR variants (docs/design-notes.md figures).
+  assert abs(n_params - params_m) < 0.05, n_params
   assert 'batch_stats' in v
 
   def loss(p):

@@ -1,11 +1,11 @@
-"""An independent NumPy transcription of ALGORITHMS.md for the `linear` and `linear_bn` models
+"""An independent NumPy transcription of docs/algorithms.md for the `linear` and `linear_bn` models
 (softmax regression, on the raw features or on their BatchNorm standardisation).
 
 Written from the document, not from the library, so that the library's trajectories can be
 checked against it. Deterministic: worker i's shard is read in order, M_i examples a local step
 (its whole shard when M_i equals the shard's size), wrapping around; float64 throughout.
 
-What the options transcribe (ALGORITHMS.md, "Notation", and the config fields named):
+What the options transcribe (docs/algorithms.md, "Notation", and the config fields named):
 - `warmup_steps` (`algorithm.warmup_period_epochs` x steps per epoch): rounds of one step until
   then, rounds of `period` after, counted from the end of the warm-up; the last round is cut by
   the end of training.

@@ -1,7 +1,7 @@
 """Trajectories of the algorithms on the one-host cluster against tests/reference.py.
 
 The `linear` model starts at zero and every batch covers its worker's whole shard, so each run
-is deterministic and the NumPy transcription of ALGORITHMS.md gives the expected final model.
+is deterministic and the NumPy transcription of docs/algorithms.md gives the expected final model.
 """
 
 import collections
@@ -55,7 +55,8 @@ def _config(path, algorithm, workers, batch, epochs, period, speeds=(), ps=True)
 
 def _warmup(c, base=0.05, epochs=2):
   """A learning rate that changes every step: linear scaling to sum(M_i) / M times `base`,
-  reached after a linear warm-up of `epochs` epochs; returns lr(t) written from ALGORITHMS.md."""
+  reached after a linear warm-up of `epochs` epochs; returns lr(t) written from
+  docs/algorithms.md."""
   c.optimizer.learning_rate = base
   c.optimizer.lr_scaling = 'linear'
   c.optimizer.warmup_epochs = epochs

@@ -1,4 +1,4 @@
-"""AsynLocal-SGD (Yu, Yang & Zhu 2019; ALGORITHMS.md, "Heterogeneous clusters"), period k.
+"""AsynLocal-SGD (Yu, Yang & Zhu 2019; docs/algorithms.md, "Heterogeneous clusters"), period k.
 
 Every worker uses the basic batch M. A round lasts as long as the slowest worker needs for k
 steps; worker i runs `k_i = max(1, floor(k * C_i / C_min))` local steps in it (the fast workers

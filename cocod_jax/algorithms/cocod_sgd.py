@@ -1,4 +1,4 @@
-"""CoCoD-SGD (Shen et al., IJCAI 2019; ALGORITHMS.md), period k: computation and communication
+"""CoCoD-SGD (Shen et al., IJCAI 2019; docs/algorithms.md), period k: computation and communication
 decoupled.
 
 At the start of a round a worker snapshots `s_i = x_i` and starts the weighted allreduce
@@ -159,7 +159,7 @@ class CoCoDSGD(base.RoundAlgorithm):
     # follows gives sum_i w_i x_i either way, since with a = sum_i w_i s_i the corrected models
     # average to a + sum_i w_i x_i - sum_i w_i s_i = sum_i w_i x_i. Not cutting the round short
     # keeps a run that is continued for more epochs equal to one that ran them straight. With
-    # the other corrections the final model is sum_i w_i x_i as well (ALGORITHMS.md): the local
+    # the other corrections the final model is sum_i w_i x_i as well (docs/algorithms.md): the local
     # models as they stand, the average in flight dropped.
     if self.pending is not None and not isinstance(self.pending[0], base.Waited):
       self.cluster.wait(self.pending[0])

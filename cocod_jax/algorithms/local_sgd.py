@@ -1,4 +1,4 @@
-"""Local-SGD (Stich 2018; ALGORITHMS.md), period k.
+"""Local-SGD (Stich 2018; docs/algorithms.md), period k.
 
 Each worker runs `x_i <- OPT(x_i, g_i(x_i))`; after the last step of every round (k steps, 1
 during the period warm-up) the workers block and set `x_i <- sum_j w_j x_j`. A round that training

@@ -1,4 +1,4 @@
-"""Pipe-SGD (Li et al., NeurIPS 2018; ALGORITHMS.md) with gradient staleness 1.
+"""Pipe-SGD (Li et al., NeurIPS 2018; docs/algorithms.md) with gradient staleness 1.
 
 Step t computes g_i(x_t) and starts its allreduce in the background; meanwhile it applies the
 average that finished, `x_{t+1} = OPT(x_t, gbar_{t-1})`. Step 0 only fills the pipeline

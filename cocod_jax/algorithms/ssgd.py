@@ -1,4 +1,4 @@
-"""S-SGD (ALGORITHMS.md): every step, the weighted average of the workers' gradients, blocking.
+"""S-SGD (docs/algorithms.md): every step, the weighted average of the workers' gradients, blocking.
 
     gbar = sum_i w_i g_i(x_t);  x_{t+1} = OPT(x_t, gbar)   on every worker
 

@@ -30,7 +30,8 @@ Where the reduction between ranks runs (`comm.staging`):
   sum's leaves back on the devices.
 - `device`: one compiled program packs, reduces with mpi4jax on the rank's first device itself
   and unpacks (for a CUDA-aware MPI; with the PyPI Open MPI wheel an mpi4jax call on a GPU runs
-  inside an XLA program on the compute stream and so queues behind the training steps: NOTES.md).
+  inside an XLA program on the compute stream and so queues behind the training steps:
+  docs/design-notes.md).
 
 An earlier `host` path ran mpi4jax on a second CPU device; measured beside a first NumPy staging
 (2 ranks, shared memory, 200 calls) it took 0.89 against 0.30 ms for 80 KB and 20.6 against
@@ -201,7 +202,7 @@ class MPICommunicator:
   """Weighted averages over every worker of every rank of `COMM_WORLD` (see the module docstring).
 
   Args:
-    weights: `w_i` of every worker of the cluster (ALGORITHMS.md), indexed globally.
+    weights: `w_i` of every worker of the cluster (docs/algorithms.md), indexed globally.
     workers: the global indices of the workers this rank holds (default: `[rank]`, one worker
       per rank, and then `weights` has one entry per rank).
     threaded: run started collectives on the communicator's thread (False: on the caller's, for

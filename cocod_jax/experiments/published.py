@@ -1,4 +1,4 @@
-"""The paper's published numbers (Shen et al., IJCAI 2019; shared/paper), for comparison only.
+"""The paper's published numbers (Shen et al., IJCAI 2019), for comparison only.
 
 Accuracies in percent, as printed in Tables 1 and 2 (final best test accuracy, 16 workers); the
 speedups are the text's "almost 2x and 2.5x" (homogeneous, Figure 3) and "almost 2.5x and 3x"
