@@ -260,7 +260,8 @@ class Checkpointer:
 
 
 class _FailedReadNoise(logging.Filter):
-  """What a failed Orbax restore leaves behind besides its exception, dropped (see `_quiet`).
+  """What a failed Orbax restore leaves behind besides its exception, dropped (`_NOISE`, installed
+  by `Checkpointer.restore`).
 
   Orbax restores a part with one asyncio task per array and stops at the first that fails;
   TensorStore's other reads of the same unreadable part end later, on Orbax's closed event loop

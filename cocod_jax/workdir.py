@@ -229,12 +229,12 @@ class Claim:
     return False
 
 
-def _finished_conflict(workdir, config) -> str | None:
-  """Why this run would rewrite finished results with another num_epochs (None: it would not).
+def _finished_conflict(workdir, config, results) -> str | None:
+  """Why this run would rewrite finished `results` (the workdir's results.json) with another
+  num_epochs (None: it would not).
 
   Running further is allowed where a committed checkpoint continues the finished run.
   """
-  results = _read_json(os.path.join(workdir, RESULTS))
   if not isinstance(results, dict) or results.get('status') not in ('completed', 'diverged'):
     return None
   done = (results.get('config') or {}).get('num_epochs')
@@ -258,21 +258,26 @@ def _finished_conflict(workdir, config) -> str | None:
 
 
 def _take(workdir, config, dataset, say):
-  """Rank 0's part of `claim`: (lock or None, refusal or None)."""
+  """Rank 0's part of `claim`: (lock or None, refusal or None, this very run's completed results
+  or None)."""
   import filelock  # pylint: disable=g-import-not-at-top
 
   try:
     os.makedirs(workdir, exist_ok=True)
   except OSError as e:
-    return None, f'--workdir={workdir} cannot be created: {e.strerror}'
+    return None, f'--workdir={workdir} cannot be created: {e.strerror}', None
   lock = filelock.FileLock(os.path.join(workdir, LOCK), timeout=0)
   try:
     lock.acquire()
   except filelock.Timeout:
     holder = _holder_text(_read_json(os.path.join(workdir, HOLDER)))
-    return None, (
-      f'{os.path.abspath(workdir)} is in use by another run ({holder}); wait for it to end, or '
-      'use another --workdir'
+    return (
+      None,
+      (
+        f'{os.path.abspath(workdir)} is in use by another run ({holder}); wait for it to end, or '
+        'use another --workdir'
+      ),
+      None,
     )
   stale = _read_json(os.path.join(workdir, HOLDER))
   if stale is not None:
@@ -295,7 +300,8 @@ def _take(workdir, config, dataset, say):
           f'{workdir} holds a run of another config or data ({difference}); rerun with the '
           'same config and data to continue it, or use another --workdir'
         )
-    problem = problem or _finished_conflict(workdir, config)
+    results = _read_json(os.path.join(workdir, RESULTS))
+    problem = problem or _finished_conflict(workdir, config, results)
     if problem is None and recorded != mine:  # A rerun rewrites nothing it would not change.
       with writing('the fingerprint', workdir):
         files.write_json_atomic(os.path.join(workdir, FINGERPRINT), mine)
@@ -304,13 +310,13 @@ def _take(workdir, config, dataset, say):
     raise
   if problem:
     Claim(workdir, lock).release()
-    return None, problem
-  return lock, None
+    return None, problem, None
+  return lock, None, _finished(results, config)
 
 
-def _finished(workdir, config) -> dict | None:
-  """The completed results of this very run (same fingerprint, same num_epochs), or None."""
-  results = _read_json(os.path.join(workdir, RESULTS))
+def _finished(results, config) -> dict | None:
+  """`results` when they are this very run's, completed (same fingerprint, checked before, and
+  the same num_epochs), else None."""
   if not isinstance(results, dict) or results.get('status') != 'completed':
     return None
   return results if (results.get('config') or {}).get('num_epochs') == config.num_epochs else None
@@ -325,8 +331,7 @@ def claim(workdir: str, config, dataset, say=print) -> Claim:
   """
   lock, problem, finished = None, None, None
   if _is_rank0(config):
-    lock, problem = _take(workdir, config, dataset, say)
-    finished = None if problem else _finished(workdir, config)
+    lock, problem, finished = _take(workdir, config, dataset, say)
   problem, done = _share(config)((problem, finished is not None))
   if problem:
     raise WorkdirError(problem)
