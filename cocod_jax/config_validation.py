@@ -176,6 +176,51 @@ def _correction_fields(a, v: _Checks) -> None:
   v.check(ok, 'algorithm.outer_momentum', a.outer_momentum, 'a number in [0, 1)')
   v.check(isinstance(a.outer_nesterov, bool), 'algorithm.outer_nesterov', a.outer_nesterov,
           'True or False')  # fmt: skip
+  ok = _is_number(a.eager_lambda) and 0 < a.eager_lambda <= 1
+  v.check(ok, 'algorithm.eager_lambda', a.eager_lambda, 'a number in (0, 1]')
+  v.number('algorithm.eager_gamma', a.eager_gamma, 0, strict=False)
+  ok = _is_number(a.anchor_pull) and 0 <= a.anchor_pull <= 1
+  v.check(ok, 'algorithm.anchor_pull', a.anchor_pull, 'a number in [0, 1]')
+  ok = _is_number(a.anchor_momentum) and 0 <= a.anchor_momentum < 1
+  v.check(ok, 'algorithm.anchor_momentum', a.anchor_momentum, 'a number in [0, 1)')
+  for field, (owner, default) in correction.OPTION_DEFAULTS.items():
+    value = a[field]
+    if value != default and a.correction != owner:
+      v.out.append(
+        f'algorithm.{field}={value!r} is invalid with algorithm.correction={a.correction!r}: only '
+        f"the {owner} correction uses it; allowed: {default!r} (the default), or "
+        f"algorithm.correction='{owner}'"
+      )
+  if a.correction in ('eager', 'anchor') and a.average_momentum is True:
+    v.out.append(
+      f'algorithm.average_momentum=True is invalid with algorithm.correction={a.correction!r}: '
+      'its momentum buffers stay local; allowed: False, or another correction'
+    )
+  _delay_field(a, v)
+
+
+def _delay_field(a, v: _Checks) -> None:
+  """tau: None (the whole round), or 1 <= tau <= k, for CoCoD-SGD's own correction only."""
+  if a.delay is None:
+    return
+  if not (_is_int(a.delay) and a.delay >= 1):
+    v.check(False, 'algorithm.delay', a.delay, 'None (the whole round) or an integer >= 1')
+  elif a.name != 'cocod_sgd':
+    v.out.append(
+      f'algorithm.delay={a.delay!r} is invalid with algorithm.name={a.name!r}: the delay is '
+      "CoCoD-SGD's; allowed: None, or algorithm.name='cocod_sgd'"
+    )
+  elif a.correction != 'cocod':
+    v.out.append(
+      f'algorithm.delay={a.delay!r} is invalid with algorithm.correction={a.correction!r}: the '
+      "others send a state made at the round's end, not a snapshot taken tau steps before it; "
+      "allowed: None, or algorithm.correction='cocod'"
+    )
+  elif _is_int(a.period) and a.delay > a.period:
+    v.out.append(
+      f'algorithm.delay={a.delay} is invalid with algorithm.period={a.period}; allowed: None or '
+      f'an integer in [1, {a.period}]'
+    )
 
 
 def _cluster_fields(config, v: _Checks) -> None:

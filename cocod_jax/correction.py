@@ -25,6 +25,20 @@ one line; `algorithm.correction` picks it:
   `g' = g - lr_out * u` (`u` the outer momentum's update), and `x <- g' + (x - s)` keeps this
   worker's progress as `cocod` does; the next round sends the corrected `x`. With `lr_out = 1`
   and no momentum `g' = a` in exact arithmetic, and `outer_sgd` is `cocod`.
+- `eager` (after Kale et al. 2025, with exact progress accounting), `lam` in (0, 1] and `gamma`
+  >= 0: the workers share a common model `C` (`x_0` at the start) and an extrapolation `E` (zero).
+  The average of the snapshots is `a = C + E + lam * p` with `p` the average progress of the
+  round before, so `u = (a - C - E) / lam` recovers `p` exactly; then `C <- C + u`,
+  `E <- gamma (1 - lam) u` and `x <- C + lam (x - s) + E`: the worker holds its own fresh
+  progress at the weight `lam` (the others' is still travelling) and, with `gamma`, the others'
+  extrapolated by their last. No progress is dropped. The next round sends the corrected `x`.
+  `lam = 1, gamma = 0` is `cocod`. The evaluated model counts every worker's progress at full
+  weight (`evaluate`): `C + (a - C - E) / lam + (mean x - a)`, `a` the current round's average.
+- `anchor` (Overlap Local-SGD, Wang, Liang & Joshi 2020), `pull` in [0, 1] and `beta` in [0, 1):
+  the average that arrives is the anchor `z` (the first round's is `x_0`); `x <- (1 - pull) x +
+  pull z`; a velocity `v` (zero at the start) moves as `v <- beta v + (z - x) / lr` with the
+  pulled `x` and the learning rate of the round's last step; the next round sends
+  `c = z - lr v`, whose average is the next anchor.
 
 Why a snapshot `a + d` and not the local model: were the next round to send the reset `x`, every
 worker would send the same `a`, the next average would be `a` again, and training would stand
@@ -46,7 +60,15 @@ import optax
 
 PyTree = Any
 
-CORRECTIONS = ('cocod', 'reset', 'blend', 'outer_sgd')
+CORRECTIONS = ('cocod', 'reset', 'blend', 'outer_sgd', 'eager', 'anchor')
+# The fields of one correction only: (the correction, the config's default). A value other than
+# the default with another correction is refused (config_validation), since nothing would use it.
+OPTION_DEFAULTS = {
+  'eager_lambda': ('eager', 1.0),
+  'eager_gamma': ('eager', 0.0),
+  'anchor_pull': ('anchor', 0.6),
+  'anchor_momentum': ('anchor', 0.7),
+}
 
 
 class CorrectionState(NamedTuple):
@@ -56,16 +78,22 @@ class CorrectionState(NamedTuple):
   origin: PyTree = None  # reset/blend: where this worker's local steps of the round started.
   anchor: PyTree = None  # outer_sgd: the common model that the outer optimizer moves.
   outer: PyTree = None  # outer_sgd: the outer optimizer's state (the same on every worker).
+  lookahead: PyTree = None  # eager: the extrapolation E (the same on every worker).
+  velocity: PyTree = None  # anchor: this worker's velocity v.
 
 
 class CorrectionTransform(NamedTuple):
-  """`init(x)` starts a worker's first round; `update(x, averaged_snapshot, state)` returns the
-  corrected `x` and the state. `carries`: whether that state is what the next round sends
-  (reset, blend, outer_sgd); `cocod` sends the corrected `x` afresh (`init` of it)."""
+  """`init(x)` starts a worker's first round; `update(x, averaged_snapshot, state, lr)` returns
+  the corrected `x` and the state (`lr`: the learning rate of the round's last step, which only
+  `anchor` uses). `carries`: whether that state is what the next round sends (all but `cocod`,
+  which sends the corrected `x` afresh, `init` of it). `evaluate(mean_x, average, state)`, where
+  set, is the model to evaluate from the weighted mean of the workers' models, the current
+  round's average of the snapshots and the round's state (None: the weighted mean itself)."""
 
   init: Callable[[PyTree], CorrectionState]
-  update: Callable[[PyTree, PyTree, CorrectionState], tuple[PyTree, CorrectionState]]
+  update: Callable[..., tuple[PyTree, CorrectionState]]
   carries: bool = False
+  evaluate: Callable[[PyTree, PyTree, CorrectionState], PyTree] | None = None
 
 
 def _copy(tree):
@@ -80,7 +108,8 @@ def decoupled_correction() -> CorrectionTransform:
   def init(x):
     return CorrectionState(snapshot=_copy(x))
 
-  def update(x, averaged_snapshot, state):
+  def update(x, averaged_snapshot, state, lr=None):
+    del lr
     # Evaluated as x + (a - s), equal to a + (x - s) in exact arithmetic: with one worker
     # a == s bit for bit, so the result is exactly x and CoCoD with N=1 is plain SGD to the bit.
     new_x = jax.tree.map(lambda xi, a, s: xi + (a - s), x, averaged_snapshot, state.snapshot)
@@ -98,7 +127,8 @@ def blend_correction(alpha: float) -> CorrectionTransform:
   def init(x):
     return CorrectionState(snapshot=_copy(x), origin=_copy(x))
 
-  def update(x, averaged_snapshot, state):
+  def update(x, averaged_snapshot, state, lr=None):
+    del lr
     def merged(xi, a):
       return (1.0 - alpha) * a + alpha * xi
 
@@ -131,13 +161,77 @@ def outer_sgd_correction(learning_rate: float, momentum: float, nesterov: bool):
   def init(x):
     return CorrectionState(snapshot=_copy(x), anchor=_copy(x), outer=opt.init(x))
 
-  def update(x, averaged_snapshot, state):
+  def update(x, averaged_snapshot, state, lr=None):
+    del lr
     # The outer gradient g - a is the same on every worker (g and a are), so is the anchor.
     outer_grad = jax.tree.map(lambda g, a: g - a, state.anchor, averaged_snapshot)
     step, outer = opt.update(outer_grad, state.outer, state.anchor)
     anchor = optax.apply_updates(state.anchor, step)
     new_x = jax.tree.map(lambda g, xi, s: g + (xi - s), anchor, x, state.snapshot)
     return new_x, CorrectionState(snapshot=new_x, anchor=anchor, outer=outer)
+
+  return CorrectionTransform(init=init, update=update, carries=True)
+
+
+def eager_correction(lam: float, gamma: float) -> CorrectionTransform:
+  """Returns the eager update with exact progress accounting (the module docstring).
+
+  Args:
+    lam: the weight of the worker's own fresh progress, in (0, 1] (1 with `gamma = 0`: `cocod`).
+    gamma: how far the others' progress of the round is extrapolated by their last (>= 0).
+  """
+  if not 0.0 < lam <= 1.0:
+    raise ValueError(f'eager lambda={lam!r} is invalid; allowed: a number in (0, 1]')
+  if not gamma >= 0.0:
+    raise ValueError(f'eager gamma={gamma!r} is invalid; allowed: a number >= 0')
+  zeros = lambda x: jax.tree.map(jnp.zeros_like, x)
+
+  def init(x):
+    return CorrectionState(snapshot=_copy(x), anchor=_copy(x), lookahead=zeros(x))
+
+  def progress(a, c, e):
+    return (a - c - e) / lam
+
+  def update(x, averaged_snapshot, state, lr=None):
+    del lr
+    u = jax.tree.map(progress, averaged_snapshot, state.anchor, state.lookahead)
+    common = jax.tree.map(jnp.add, state.anchor, u)
+    ahead = jax.tree.map(lambda ui: (gamma * (1.0 - lam)) * ui, u)
+    new_x = jax.tree.map(
+      lambda c, xi, s, e: c + lam * (xi - s) + e, common, x, state.snapshot, ahead
+    )
+    return new_x, CorrectionState(snapshot=new_x, anchor=common, lookahead=ahead)
+
+  def evaluate(mean_x, average, state):
+    return jax.tree.map(
+      lambda m, a, c, e: c + progress(a, c, e) + (m - a),
+      mean_x, average, state.anchor, state.lookahead,
+    )  # fmt: skip
+
+  return CorrectionTransform(init=init, update=update, carries=True, evaluate=evaluate)
+
+
+def anchor_correction(pull: float, beta: float) -> CorrectionTransform:
+  """Returns Overlap Local-SGD's pull towards the anchor (the module docstring).
+
+  Args:
+    pull: the pull towards the anchor, in [0, 1].
+    beta: the anchor's momentum, in [0, 1).
+  """
+  if not 0.0 <= pull <= 1.0:
+    raise ValueError(f'anchor pull={pull!r} is invalid; allowed: a number in [0, 1]')
+  if not 0.0 <= beta < 1.0:
+    raise ValueError(f'anchor momentum={beta!r} is invalid; allowed: a number in [0, 1)')
+
+  def init(x):
+    return CorrectionState(snapshot=_copy(x), velocity=jax.tree.map(jnp.zeros_like, x))
+
+  def update(x, anchor, state, lr):
+    pulled = jax.tree.map(lambda xi, z: (1.0 - pull) * xi + pull * z, x, anchor)
+    velocity = jax.tree.map(lambda v, z, xi: beta * v + (z - xi) / lr, state.velocity, anchor,
+                            pulled)  # fmt: skip
+    sent = jax.tree.map(lambda z, v: z - lr * v, anchor, velocity)
+    return pulled, CorrectionState(snapshot=sent, velocity=velocity)
 
   return CorrectionTransform(init=init, update=update, carries=True)
 
@@ -155,6 +249,10 @@ def from_config(algorithm) -> CorrectionTransform:
     return outer_sgd_correction(
       algorithm.outer_lr, algorithm.outer_momentum, algorithm.outer_nesterov
     )
+  if name == 'eager':
+    return eager_correction(algorithm.eager_lambda, algorithm.eager_gamma)
+  if name == 'anchor':
+    return anchor_correction(algorithm.anchor_pull, algorithm.anchor_momentum)
   raise ValueError(f'algorithm.correction={name!r} is invalid; allowed: {list(CORRECTIONS)}')
 
 

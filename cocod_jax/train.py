@@ -171,10 +171,11 @@ def test_batches(dataset, device):
   return out
 
 
-def evaluate(cluster, state, batches, count):
-  """Test loss and accuracy of the weighted average xhat (every worker takes part in the average;
-  the chief evaluates; not training time)."""
-  xhat = cluster.first(cluster.weighted_mean(steps_lib.model_part(state), 'the evaluation average'))
+def evaluate(cluster, algo, state, batches, count):
+  """Test loss and accuracy of the evaluated model xhat, `algo.evaluated` of the weighted average
+  (every worker takes part in the average; the chief evaluates; not training time)."""
+  mean = cluster.weighted_mean(steps_lib.model_part(state), 'the evaluation average')
+  xhat = cluster.first(algo.evaluated(mean))
   if not cluster.is_chief:
     return None, None
   variables = xhat if jax.tree.leaves(xhat['batch_stats']) else {'params': xhat['params']}
@@ -442,13 +443,15 @@ def check_test_loss(run: Run, test_loss, step: int, stop):
 
 def final_average(run: Run, state, pos: Position, stop):
   """One last blocking average after the last step: every worker then holds xhat, the model
-  saved and reported (not training time). Pipe-SGD's average still in flight is dropped."""
+  saved and reported (not training time): `algo.evaluated` of the weighted average. Pipe-SGD's
+  average still in flight is dropped (the loop has drained it at the last epoch's end)."""
   watch = Stopwatch()
-  run.algo.finish()
   try:
     final = run.cluster.weighted_mean(steps_lib.model_part(state), 'the final average', pos.step)
   except background.Diverged as e:
     stop(e.workers, e.step, e.label)
+  final = run.algo.evaluated(final)
+  run.algo.finish()
   state = jax.block_until_ready(steps_lib.with_part(state, final))
   pos.add_time(watch.lap(), False)
   return state
@@ -568,7 +571,7 @@ def _train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset):
         if not np.isfinite(train_loss):  # Every rank sees the same sum.
           everyone = sorted(set(sum(cluster.gather(bad) or [], [])))
           stop(everyone or bad, first_bad_step(pos.losses, (epoch - 1) * spe), 'the training loss')
-        test_loss, test_acc = evaluate(cluster, state, tests, len(dataset.x_test))
+        test_loss, test_acc = evaluate(cluster, algo, state, tests, len(dataset.x_test))
         check_test_loss(run, test_loss, pos.step, stop)  # Also: all ranks resume together.
         run.out.epoch(
           epoch=epoch,
@@ -583,7 +586,7 @@ def _train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset):
           checkpoint(Stopwatch(), preempt)  # A fresh watch: the evaluation is not training.
 
     state = final_average(run, state, pos, stop)
-    test_loss, test_acc = evaluate(cluster, state, tests, len(dataset.x_test))
+    test_loss, test_acc = evaluate(cluster, algo, state, tests, len(dataset.x_test))
     check_test_loss(run, test_loss, pos.step, stop)
     timing = write_timing(run, workdir, pos, measured_from)
     summary = run.algo.summary()

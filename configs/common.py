@@ -22,6 +22,17 @@ def base_config() -> ml_collections.ConfigDict:
   c.algorithm.outer_lr = 0.7
   c.algorithm.outer_momentum = 0.9
   c.algorithm.outer_nesterov = True
+  # 'eager' (Kale et al. 2025, exact progress accounting): the weight of a worker's own fresh
+  # progress and the extrapolation of the others'; 1 and 0 are 'cocod'.
+  c.algorithm.eager_lambda = 1.0
+  c.algorithm.eager_gamma = 0.0
+  # 'anchor' (Overlap Local-SGD, Wang, Liang & Joshi 2020): the pull towards the anchor, and the
+  # anchor's momentum.
+  c.algorithm.anchor_pull = 0.6
+  c.algorithm.anchor_momentum = 0.7
+  # CoCoD-SGD's snapshot is taken `delay` steps before the round's end (tau, 1 <= tau <= k);
+  # None: at the round's start (tau = k, the paper's). Typed `object`: None or an integer.
+  c.algorithm.delay = config_dict.FieldReference(None, field_type=object)
   c.backend = 'one_host'  # All workers in one process; 'mpi': R ranks of N / R (mpirun/srun).
   c.one_host = ml_collections.ConfigDict()  # The one-host cluster (backend='one_host' only).
   c.one_host.devices = 0  # Devices the workers are sharded over; 0: the most that divide N.

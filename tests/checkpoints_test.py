@@ -110,13 +110,26 @@ def test_resume_after_sigterm_is_exact(tmp_path, monkeypatch, capsys, algorithm,
   assert resumed_epochs == straight_epochs
 
 
+# CoCoD-SGD's options. The delays put the stop at step 9 of the round 7-9 before the snapshot
+# (tau = 1: none in flight) and after it (tau = 2).
+OPTIONS = {
+  'blend': {'correction': 'blend', 'alpha': 0.5},
+  'outer_sgd': {'correction': 'outer_sgd'},
+  'eager': {'correction': 'eager', 'eager_lambda': 0.25, 'eager_gamma': 1.0},
+  'anchor': {'correction': 'anchor', 'anchor_pull': 0.5, 'anchor_momentum': 0.7},
+  'delay_1': {'delay': 1},
+  'delay_2': {'delay': 2},
+}
+
+
 @pytest.mark.parametrize('point', ['warmup_end', 'mid_round'])
-@pytest.mark.parametrize('correction', ['blend', 'outer_sgd'])
-def test_corrections_resume_exactly(tmp_path, monkeypatch, correction, point):
+@pytest.mark.parametrize('option', sorted(OPTIONS))
+def test_corrections_resume_exactly(tmp_path, monkeypatch, option, point):
   # Their state outlives a round: at `warmup_end` the state the next round sends (for outer_sgd
-  # the anchor and the outer momentum), at `mid_round` also the round's origin or anchor.
+  # the anchor and the outer momentum, for eager C and E, for anchor the velocity), at
+  # `mid_round` also the round's origin, anchor or snapshot.
   c = _config(tmp_path, 'cocod_sgd')
-  c.algorithm.correction, c.algorithm.alpha = correction, 0.5
+  c.algorithm.update(OPTIONS[option])
   train.train_and_evaluate(c, str(tmp_path / 'straight'))
   with monkeypatch.context() as m:
     _sigterm_at(m, POINTS[point])

@@ -1,4 +1,5 @@
-"""The corrections (cocod, reset, blend, outer_sgd), by hand, and their state in a checkpoint."""
+"""The corrections (cocod, reset, blend, outer_sgd, eager, anchor), by hand, and their state in a
+checkpoint."""
 
 import jax
 import jax.numpy as jnp
@@ -80,6 +81,36 @@ def test_outer_sgd_by_hand():
     assert float(jax.tree.leaves(st[0].outer)[0]) == 1.0  # The momentum buffer.
 
 
+def test_eager_by_hand():
+  # lambda 0.5, gamma 1; C = 2 and E = 0.5 on both workers, snapshots 1 and 5, models 2 and 4,
+  # a = 3. u = (3 - 2 - 0.5) / 0.5 = 1; C' = 3; E' = 1 * (1 - 0.5) * 1 = 0.5;
+  # x = 3 + 0.5 * (2 - 1) + 0.5 = 4 and 3 + 0.5 * (4 - 5) + 0.5 = 3, sent as such.
+  tx = correction.eager_correction(0.5, 1.0)
+  shared = dict(anchor={'w': jnp.array(2.0)}, lookahead={'w': jnp.array(0.5)})
+  state = [s._replace(**shared) for s in _sent((1.0, 5.0), tx)]
+  x, st = _by_hand(tx, state)
+  assert x == [4.0, 3.0]
+  assert [float(s.snapshot['w']) for s in st] == x
+  assert [(float(s.anchor['w']), float(s.lookahead['w'])) for s in st] == [(3.0, 0.5)] * 2
+  # Evaluated from a mean model 3.5 in the same round: C + (a - C - E) / lambda + (3.5 - a)
+  # = 2 + 1 + 0.5.
+  got = tx.evaluate({'w': jnp.array(3.5)}, {'w': jnp.array(3.0)}, state[0])
+  assert float(got['w']) == 3.5
+
+
+def test_anchor_by_hand():
+  # Pull 0.5, momentum 0.5, the round's last rate 0.25; velocities 2, models 2 and 4, the anchor
+  # z = a = 3. Pulled: 2.5 and 3.5; v = 0.5 * 2 + (3 - 2.5) / 0.25 = 3 and 1 - 2 = -1;
+  # sent z - 0.25 v = 2.25 and 3.25.
+  tx = correction.anchor_correction(0.5, 0.5)
+  state = [s._replace(velocity={'w': jnp.array(2.0)}) for s in _sent((1.0, 5.0), tx)]
+  out = [tx.update({'w': jnp.array(v)}, {'w': jnp.array(3.0)}, s, 0.25)
+         for v, s in zip((2.0, 4.0), state)]  # fmt: skip
+  assert [float(o[0]['w']) for o in out] == [2.5, 3.5]
+  assert [float(o[1].velocity['w']) for o in out] == [3.0, -1.0]
+  assert [float(o[1].snapshot['w']) for o in out] == [2.25, 3.25]
+
+
 def test_blend_zero_and_reset_agree_bit_for_bit():
   rs = np.random.RandomState(0)
   x, a, s = ({'w': jnp.asarray(rs.randn(50).astype(np.float32))} for _ in range(3))
@@ -93,8 +124,10 @@ def test_blend_zero_and_reset_agree_bit_for_bit():
 def test_state_round_trips_through_a_checkpoint_tree():
   for tx in (correction.outer_sgd_correction(0.7, 0.9, True),
              correction.outer_sgd_correction(0.7, 0.0, True), correction.blend_correction(0.3),
-             correction.decoupled_correction()):  # fmt: skip
-    state = tx.update({'w': jnp.ones(3)}, {'w': jnp.zeros(3)}, tx.init({'w': jnp.arange(3.0)}))[1]
+             correction.decoupled_correction(), correction.eager_correction(0.5, 1.0),
+             correction.anchor_correction(0.6, 0.7)):  # fmt: skip
+    state = tx.init({'w': jnp.arange(3.0)})
+    state = tx.update({'w': jnp.ones(3)}, {'w': jnp.zeros(3)}, state, 0.5)[1]
     back = correction.from_tree(correction.to_tree(state), tx)
     assert jax.tree.structure(back) == jax.tree.structure(state)
     for u, v in zip(jax.tree.leaves(back), jax.tree.leaves(state)):
@@ -107,6 +140,11 @@ def test_state_round_trips_through_a_checkpoint_tree():
     (lambda: correction.blend_correction(1.5), 'alpha=1.5'),
     (lambda: correction.outer_sgd_correction(0.0, 0.9, True), 'learning_rate=0.0'),
     (lambda: correction.outer_sgd_correction(0.7, 1.0, True), 'momentum=1.0'),
+    (lambda: correction.eager_correction(0.0, 0.0), 'lambda=0.0'),
+    (lambda: correction.eager_correction(1.5, 0.0), 'lambda=1.5'),
+    (lambda: correction.eager_correction(0.5, -1.0), 'gamma=-1.0'),
+    (lambda: correction.anchor_correction(1.1, 0.0), 'pull=1.1'),
+    (lambda: correction.anchor_correction(0.5, 1.0), 'momentum=1.0'),
   ],
 )
 def test_bad_hyperparameters_refused(make, match):

@@ -7,6 +7,8 @@ One launch (`tests/mpi_ranks.py`, JAX started once, 4 XLA CPU devices per rank) 
   vmapped together) and 2 x 4 (two devices per rank, two workers each), with worker speeds that
   make the batches, the weights and the ranks' totals unequal (proportional sampling;
   AsynLocal-SGD's local step counts instead), and a learning rate that changes every step;
+- CoCoD-SGD's overlap options (a delay, the eager update, the anchor) at 2 x 1 and 2 x 2, the same
+  way;
 - CoCoD-SGD at 2 x 4 on four devices per rank (one worker each): the run on two, to float32
   rounding (XLA:CPU compiles a vmapped step of 1, 2 or 4 workers per device apart, and the
   one-host cluster's numbers move in the last bit between such placements too);
@@ -50,6 +52,16 @@ EPOCHS, BATCH = 3, 5
 # Period 2 (AsynLocal-SGD's k_i = 2 C_i makes its shards 10 C_i like everyone's); CoCoD-SGD's 3
 # puts a round across every epoch end (2 steps an epoch), which the resume case needs.
 PERIODS = {'cocod_sgd': 3}
+# CoCoD-SGD's overlap options at 2 x 1 and 2 x 2: (config fields, the reference's arguments).
+# Rounds of 3 with a rate that changes every step (the anchor divides by the round's last).
+OPTIONS = {
+  'delay': ({'delay': 2}, {'delay': 2}),
+  'eager': ({'correction': 'eager', 'eager_lambda': 0.25, 'eager_gamma': 1.0},
+            {'correction': 'eager', 'eager': (0.25, 1.0)}),
+  'anchor': ({'correction': 'anchor', 'anchor_pull': 0.6, 'anchor_momentum': 0.7},
+             {'correction': 'anchor', 'anchor': (0.6, 0.7)}),
+}  # fmt: skip
+OPTION_WIDTHS = (1, 2)
 # CoCoD-SGD with a compressed snapshot allreduce (comm.dtype, error feedback, workers per rank).
 COMPRESSED = {'int8_ef_2x2': ('int8', True, 2), 'bf16_2x4': ('bfloat16', False, 4)}
 
@@ -108,6 +120,11 @@ def launch(tmp_path_factory):
     for algorithm in ALGOS:
       c, data, lr = _exact_case(root / f'{algorithm}_{width}', algorithm, width)
       cases[f'{algorithm}_2x{width}'] = (c, {'data': data, 'lr': lr})
+  for width in OPTION_WIDTHS:
+    for name, (fields, _) in OPTIONS.items():
+      c, data, lr = _exact_case(root / f'{name}_{width}', 'cocod_sgd', width)
+      c.algorithm.update(fields)
+      cases[f'{name}_2x{width}'] = (c, {'data': data, 'lr': lr})
   c, _, _ = _exact_case(root / 'devices4', 'cocod_sgd', 4)
   c.mpi.devices = 4
   cases['cocod_sgd_2x4_on_4'] = (c, {})
@@ -136,10 +153,16 @@ def launch(tmp_path_factory):
   return cases
 
 
-@pytest.mark.parametrize('width', sorted(LAYOUTS))
-@pytest.mark.parametrize('algorithm', ALGOS)
+CASES = [(a, w) for w in sorted(LAYOUTS) for a in ALGOS]
+CASES += [(name, w) for w in OPTION_WIDTHS for name in sorted(OPTIONS)]
+
+
+@pytest.mark.parametrize('algorithm,width', CASES)
 def test_ranks_equal_one_host_and_reference(tmp_path, launch, algorithm, width):
   c, extra = launch[f'{algorithm}_2x{width}']
+  options = {}
+  if algorithm in OPTIONS:
+    algorithm, options = 'cocod_sgd', OPTIONS[algorithm][1]
   got = _params(extra['workdir'])
   # The one-host cluster of 2 W workers: the same sums (in another order when W > 1).
   one = c.copy_and_resolve_references()
@@ -165,6 +188,7 @@ def test_ranks_equal_one_host_and_reference(tmp_path, launch, algorithm, width):
     c.algorithm.period,
     sizes,
     speeds=speeds,
+    **options,
   )
   np.testing.assert_allclose(got['params/Dense_0/kernel'], expected[0], rtol=2e-5, atol=2e-6)
   np.testing.assert_allclose(got['params/Dense_0/bias'], expected[1], rtol=2e-5, atol=2e-6)

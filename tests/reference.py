@@ -23,9 +23,17 @@ What the options transcribe (docs/algorithms.md, "Notation", and the config fiel
   `cocod` x <- a + (x - s), the next round sends x; `blend` (`alpha`) x <- (1 - alpha) a +
   alpha x and `reset` x <- a, the next round sending a + (x - c); `outer_sgd` (`outer`: lr,
   momentum, nesterov) a shared anchor g moves by SGD on the outer gradient g - a (PyTorch-style
-  Nesterov: m = mu m + d, u = d + mu m), g' = g - lr u, and x <- g' + (x - s), sent next.
-The final model is the weighted average of every worker's parameters and statistics. A round
-that training ends in the middle of is closed by nothing but that final average.
+  Nesterov: m = mu m + d, u = d + mu m), g' = g - lr u, and x <- g' + (x - s), sent next;
+  `eager` (`eager`: lambda, gamma) with a shared C (x_0) and E (0): u = (a - C - E) / lambda,
+  C <- C + u, E <- gamma (1 - lambda) u, x <- C + lambda (x - s) + E, sent next; `anchor`
+  (`anchor`: pull p, momentum beta) with z = a: x <- (1 - p) x + p z, v <- beta v + (z - x) / eta
+  (the pulled x, eta the learning rate of the round's last step), the next round sending z - eta v.
+- `delay` (tau): a round of L steps takes its snapshot (the synced values as they stand) before
+  its step L - min(tau, L) instead of its first; `cocod` only.
+The final model is the weighted average of every worker's parameters and statistics; with
+`eager`, of the synced values C + (A - C - E) / lambda + (mean x - A), with A the average of the
+snapshots of the round in flight (at a round's end: mean x). A round that training ends in the
+middle of is closed by nothing but that final average.
 """
 
 import numpy as np
@@ -59,7 +67,8 @@ def wavg(trees, weights):
 
 def run(algorithm, shards, num_classes, steps, lr, mu, wd, period, batch_sizes, speeds=None,
         warmup_steps=0, bn=False, average_batch_stats=True, average_momentum=False,
-        correction='cocod', alpha=0.0, outer=(0.7, 0.9, True), workers_out=None):  # fmt: skip
+        correction='cocod', alpha=0.0, outer=(0.7, 0.9, True), eager=(1.0, 0.0),
+        anchor=(0.6, 0.7), delay=None, workers_out=None):  # fmt: skip
   """Returns the final averaged [w, b] (and [mean, var] with `bn`) after `steps` global
   iterations of `algorithm`.
 
@@ -120,9 +129,22 @@ def run(algorithm, shards, num_classes, steps, lr, mu, wd, period, batch_sizes, 
   def round_end(t):
     return t + 1 <= warmup_steps or (t + 1 - warmup_steps) % period == 0
 
-  def correct(i, xi, a, si, ci, outer_state):
+  def correct(i, xi, a, si, ci, outer_state, eta):
     """Worker i's corrected synced values, what it sends next, where it starts from next, and
-    the outer (anchor, momentum)."""
+    the outer (anchor, momentum), or (C, E) with `eager`, or its velocity with `anchor`."""
+    if correction == 'eager':
+      lam, gamma = eager
+      common, ahead = outer_state
+      u = [(aj - cj - ej) / lam for aj, cj, ej in zip(a, common, ahead)]
+      common = [cj + uj for cj, uj in zip(common, u)]
+      ahead = [gamma * (1 - lam) * uj for uj in u]
+      new = [cj + lam * (xj - sj) + ej for cj, xj, sj, ej in zip(common, xi, si, ahead)]
+      return new, new, new, (common, ahead)
+    if correction == 'anchor':
+      pull, beta = anchor
+      new = [(1 - pull) * xj + pull * zj for xj, zj in zip(xi, a)]
+      velocity = [beta * v + (zj - xj) / eta for v, zj, xj in zip(outer_state, a, new)]
+      return new, [zj - eta * v for zj, v in zip(a, velocity)], new, velocity
     if correction == 'cocod':
       new = [aj + (xj - sj) for aj, xj, sj in zip(a, xi, si)]
       return new, new, new, outer_state
@@ -131,17 +153,18 @@ def run(algorithm, shards, num_classes, steps, lr, mu, wd, period, batch_sizes, 
       new = [(1 - w) * aj + w * xj for aj, xj in zip(a, xi)]
       return new, [aj + (xj - cj) for aj, xj, cj in zip(a, xi, ci)], new, outer_state
     lr_out, mu_out, nesterov = outer
-    anchor, mom = outer_state
-    grad = [g - aj for g, aj in zip(anchor, a)]
+    shared, mom = outer_state
+    grad = [g - aj for g, aj in zip(shared, a)]
     mom = [mu_out * m + d for m, d in zip(mom, grad)]
     step = [d + mu_out * m for d, m in zip(grad, mom)] if nesterov else mom
-    anchor = [g - lr_out * u for g, u in zip(anchor, step)]
-    new = [g + (xj - sj) for g, xj, sj in zip(anchor, xi, si)]
-    return new, new, new, (anchor, mom)
+    shared = [g - lr_out * u for g, u in zip(shared, step)]
+    new = [g + (xj - sj) for g, xj, sj in zip(shared, xi, si)]
+    return new, new, new, (shared, mom)
 
   pending = None
   snapshot = None
   sent = origin = outers = None  # CoCoD-SGD: what each worker sends next, its round's origin.
+  snap_at, in_flight = None, False  # CoCoD-SGD: the step its round snapshots before.
   for t in range(steps):
     lr = lr_at(t)
     if algorithm in ('ssgd', 'pipe_sgd'):
@@ -174,18 +197,28 @@ def run(algorithm, shards, num_classes, steps, lr, mu, wd, period, batch_sizes, 
         sent = [[a.copy() for a in synced(i)] for i in range(n)]
         origin = [[a.copy() for a in synced(i)] for i in range(n)]
         outers = [([a.copy() for a in synced(i)], [0.0 * a for a in synced(i)]) for i in range(n)]
+        if correction == 'eager':  # (C, E), the same on every worker.
+          outers = [([a.copy() for a in synced(0)], [0.0 * a for a in synced(0)])] * n
+        if correction == 'anchor':  # The velocities.
+          outers = [[0.0 * a for a in synced(i)] for i in range(n)]
       if round_start(t):
-        snapshot = sent
+        length = 1 if t < warmup_steps else period
+        snap_at = t + length - (length if delay is None else min(delay, length))
+      if t == snap_at:
+        snapshot = sent if delay is None else [[a.copy() for a in synced(i)] for i in range(n)]
         average = wavg(snapshot, weights)
+        in_flight = True
       for i in range(n):
         local_step(i, lr)
       if round_end(t):
-        out = [correct(i, synced(i), average, snapshot[i], origin[i], outers[i]) for i in range(n)]
+        out = [correct(i, synced(i), average, snapshot[i], origin[i], outers[i], lr)
+               for i in range(n)]  # fmt: skip
         for i in range(n):
           set_synced(i, out[i][0])
         sent = [o[1] for o in out]
         origin = [o[2] for o in out]
         outers = [o[3] for o in out]
+        in_flight = False
     elif algorithm == 'asynlocal_sgd':
       # Round of k = period global steps from t: worker i takes k_i = max(1, floor(k C_i / C_min))
       # local steps, local step s at lr_{t + floor(s k / k_i)}; then the plain mean (equal M).
@@ -202,5 +235,13 @@ def run(algorithm, shards, num_classes, steps, lr, mu, wd, period, batch_sizes, 
         x = [[a.copy() for a in mean] for _ in range(n)]
   if workers_out is not None:
     workers_out.extend(x[i] + m[i] + (stats[i] if bn else []) for i in range(n))
+  if algorithm == 'cocod_sgd' and correction == 'eager':
+    lam = eager[0]
+    common, ahead = outers[0]
+    mean = wavg([synced(i) for i in range(n)], weights)
+    now = average if in_flight else mean
+    evaluated = [c + (a - c - e) / lam + (m - a) for c, a, e, m in zip(common, now, ahead, mean)]
+    for i in range(n):  # Every worker then holds it (the momentum is not synced: refused).
+      set_synced(i, [a.copy() for a in evaluated])
   final = wavg(x, weights)
   return final + (wavg(stats, weights) if bn else [])

@@ -404,18 +404,33 @@ def test_variants_change_the_trajectory(tmp_path):
 # CoCoD-SGD's other corrections (algorithm.correction) against the float64 reference, on the
 # variants' setting with BatchNorm statistics averaged: the period warm-up's rounds of one step,
 # then rounds of 3, every worker's state at the end and the final model.
+# The overlap options (docs/algorithms.md): a shorter delay tau (rounds of 3, so tau = 1 and 2
+# take the snapshot inside the round), the eager update (lambda < 1 with and without the
+# extrapolation gamma; with `warmup=0` the rounds are 0-2, 3-5 and 6-7, cut by the end of
+# training, so the evaluated model counts a round in flight) and the anchor.
 CORRECTIONS = {
   'reset': dict(correction='reset'),
   'blend': dict(correction='blend', alpha=0.5),
   'outer_sgd': dict(correction='outer_sgd', outer=(0.7, 0.9, True)),
+  'delay_1': dict(correction='cocod', delay=1),
+  'delay_2': dict(correction='cocod', delay=2),
+  'eager_half_gamma_1': dict(correction='eager', eager=(0.5, 1.0)),
+  'eager_sixteenth': dict(correction='eager', eager=(1 / 16, 0.0)),
+  'eager_in_flight': dict(correction='eager', eager=(0.25, 1.0), warmup=0),
+  'anchor': dict(correction='anchor', anchor=(0.6, 0.7)),
+  'anchor_no_momentum': dict(correction='anchor', anchor=(0.5, 0.0)),
 }
 
 
-def correction_config(path, correction, alpha=0.0, outer=(0.7, 0.9, True)):
-  c = variant_config(path, 'cocod_sgd', **{**VARIANTS['bn_averaged']})
+def correction_config(path, correction, alpha=0.0, outer=(0.7, 0.9, True), eager=(1.0, 0.0),
+                      anchor=(0.6, 0.7), delay=None, warmup=1):  # fmt: skip
+  c = variant_config(path, 'cocod_sgd', **{**VARIANTS['bn_averaged'], 'warmup': warmup})
   c.algorithm.correction = correction
   c.algorithm.alpha = alpha
   c.algorithm.outer_lr, c.algorithm.outer_momentum, c.algorithm.outer_nesterov = outer
+  c.algorithm.eager_lambda, c.algorithm.eager_gamma = eager
+  c.algorithm.anchor_pull, c.algorithm.anchor_momentum = anchor
+  c.algorithm.delay = delay
   config_validation.validate(c)
   return c
 
@@ -428,7 +443,7 @@ def test_corrections_match_reference(tmp_path, correction):
   final, workers = read_variant(tmp_path / 'run')
   expected_workers = []
   expected = variant_reference(
-    x, y, 'cocod_sgd', workers_out=expected_workers, **VARIANTS['bn_averaged'], **options
+    x, y, 'cocod_sgd', workers_out=expected_workers, **{**VARIANTS['bn_averaged'], **options}
   )
   for got, want in zip(final + sum(workers, []), expected + sum(expected_workers, [])):
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
@@ -444,12 +459,28 @@ def test_corrections_change_the_trajectory(tmp_path):
     final = variant_reference(x, y, 'cocod_sgd', workers_out=workers, **options)
     return np.concatenate([a.ravel() for a in final + sum(workers, [])])
 
-  seen = [ends(warmup=1)] + [ends(warmup=1, **o) for o in CORRECTIONS.values()]
+  seen = [ends(warmup=1)] + [ends(**{'warmup': 1, **o}) for o in CORRECTIONS.values()]
   seen.append(ends(warmup=1, correction='outer_sgd', outer=(0.7, 0.0, True)))  # No momentum.
   seen.append(ends(warmup=1, correction='outer_sgd', outer=(0.7, 0.9, False)))  # Heavy ball.
   for i in range(len(seen)):
     for j in range(i):
       assert not np.allclose(seen[i], seen[j], rtol=1e-5), (i, j)
+
+
+@pytest.mark.parametrize('options', [dict(delay=3), dict(correction='eager', eager=(1.0, 0.0))])
+def test_full_delay_and_eager_one_zero_are_cocod(tmp_path, options):
+  # tau = k snapshots at the round's start (the paper's, to the bit); lambda = 1, gamma = 0 gives
+  # C + (a - C) + (x - s), the paper's up to the rounding of C + (a - C) in float32.
+  path, _, _ = _tiny_npz(tmp_path)
+  train.train_and_evaluate(correction_config(path, 'cocod'), str(tmp_path / 'cocod'))
+  c = correction_config(path, **{'correction': 'cocod', **options})
+  train.train_and_evaluate(c, str(tmp_path / 'option'))
+  (f0, w0), (f1, w1) = read_variant(tmp_path / 'cocod'), read_variant(tmp_path / 'option')
+  for got, want in zip(f1 + sum(w1, []), f0 + sum(w0, [])):
+    if 'delay' in options:
+      np.testing.assert_array_equal(got, want)
+    else:
+      np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_blend_zero_is_reset_to_the_bit(tmp_path):

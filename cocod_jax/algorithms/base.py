@@ -75,6 +75,11 @@ class Algorithm:
   def finish(self):
     """After the last step: nothing in flight by default."""
 
+  def evaluated(self, mean):
+    """The model to evaluate (and to save at the end), from the weighted mean of the workers'
+    model parts (stacked on the worker axis): the mean itself by default."""
+    return mean
+
   # ------------------------------------------------------------------ checkpoints
 
   def host_state(self) -> dict:

@@ -8,14 +8,20 @@ At the start of a round a worker snapshots `s_i = x_i` and starts the weighted a
 allreduce is in flight at a time, and it overlaps the k local steps.
 
 `algorithm.correction` swaps the correction for another (`correction.py`: reset, blend,
-outer_sgd); those return, with the corrected x, the state that the next round sends (`carried`
-here), where the paper's snapshots the corrected x afresh.
+outer_sgd, eager, anchor); those return, with the corrected x, the state that the next round
+sends (`carried` here), where the paper's snapshots the corrected x afresh.
+
+`algorithm.delay` (tau, 1 <= tau <= k; None: k, the paper's) takes the snapshot tau steps before
+the round's end instead of at its start: the allreduce then overlaps the round's last tau steps,
+and the correction `x_i <- a + (x_i - s_i)` brings in the others' progress up to tau steps old
+instead of k. A round shorter than tau (the period warm-up) takes its snapshot at its start.
 """
 
 import jax
 import numpy as np
 
 from cocod_jax import correction
+from cocod_jax import schedules
 from cocod_jax import steps
 from cocod_jax.algorithms import base
 
@@ -32,9 +38,32 @@ class CoCoDSGD(base.RoundAlgorithm):
     self.reference = None  # The last average: what the next message is taken against.
     self.error = None  # This sender's rounding error (error feedback), on the worker axis.
     self.stats, self.stat_sums, self.rounds, self.bytes = [], [0.0, 0.0, 0.0], 0, 0
+    self.delay = self.config.algorithm.delay  # tau (None: the whole round).
+    self.rates = None
+    if self.config.algorithm.correction == 'anchor':  # It divides by the round's last rate.
+      sizes, spe = schedules.batch_sizes(self.config), ctx.steps_per_epoch
+      lr = schedules.learning_rate_fn(self.config, sizes, spe)
+      with jax.transfer_guard('allow'):  # Once: lr_t of every step, on the host.
+        self.rates = np.asarray(jax.device_get(lr(np.arange(self.config.num_epochs * spe))))
+    self.no_rate = None
+
+  def snapshot_step(self) -> int:
+    """The step before which the current round takes its snapshot: tau steps before its end."""
+    length = self.round_end - self.round_start
+    return self.round_end - (length if self.delay is None else min(self.delay, length))
+
+  def _rate(self, t):
+    """The learning rate of step `t` on the devices (an explicit transfer); only `anchor` uses
+    it, the other corrections get a zero placed once."""
+    if self.rates is None:
+      if self.no_rate is None:
+        self.no_rate = jax.device_put(np.float32(0.0), self.cluster.replicated)
+      return self.no_rate
+    return jax.device_put(self.rates[t], self.cluster.replicated)
 
   def step(self, state, data, t):
-    if self.pending is None:  # Step I: snapshot, and its allreduce in the background.
+    if self.pending is None and t >= self.snapshot_step():  # Step I: snapshot, and its
+      # allreduce in the background.
       with self.tl.span('snapshot', 'merge'):
         if self.carried is None:
           snap = self.tl.ready(self.cluster.snapshot(steps.synced_part(state, self.config)))
@@ -51,10 +80,29 @@ class CoCoDSGD(base.RoundAlgorithm):
         averaged = self._arrived(averaged)
       with self.tl.span('correct', 'merge'):
         x = steps.synced_part(state, self.config)
-        corrected, self.carried = self.cluster.correct(x, averaged, snap)
+        corrected, self.carried = self.cluster.correct(x, averaged, snap, self._rate(t))
         state = self.tl.ready(steps.with_part(state, corrected))
       self.pending = None
     return state, loss
+
+  def evaluated(self, mean):
+    """The model to evaluate from the weighted mean of the workers' models: the mean itself, or
+    the eager correction's count of every worker's progress at full weight. After `drain`: a
+    round in flight has its average here; at a round's end the next snapshots would be the
+    models themselves, so their average is the mean."""
+    if self.cluster.evaluated is None:
+      return mean
+    if self.pending is not None:
+      waited, snap = self.pending
+      part = {k: mean[k] for k in waited.value}
+      average = waited.value
+    else:
+      snap = self.carried
+      if snap is None:  # After `finish`: the models are the final model already.
+        return mean
+      part = {k: mean[k] for k in snap.snapshot}
+      average = part
+    return {**mean, **self.cluster.evaluated(part, average, snap)}
 
   def drain(self, state):
     if self.pending is not None:
