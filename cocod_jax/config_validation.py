@@ -188,7 +188,7 @@ def _correction_fields(a, v: _Checks) -> None:
     if value != default and a.correction != owner:
       v.out.append(
         f'algorithm.{field}={value!r} is invalid with algorithm.correction={a.correction!r}: only '
-        f"the {owner} correction uses it; allowed: {default!r} (the default), or "
+        f'the {owner} correction uses it; allowed: {default!r} (the default), or '
         f"algorithm.correction='{owner}'"
       )
   if a.correction in ('eager', 'anchor') and a.average_momentum is True:

@@ -129,6 +129,7 @@ def blend_correction(alpha: float) -> CorrectionTransform:
 
   def update(x, averaged_snapshot, state, lr=None):
     del lr
+
     def merged(xi, a):
       return (1.0 - alpha) * a + alpha * xi
 

@@ -14,29 +14,49 @@ from configs import test as test_config
     ({'correction': 'blend', 'alpha': 1.2}, 'algorithm.alpha=1.2 is invalid; allowed: a number in'),
     ({'correction': 'outer_sgd', 'outer_lr': 0.0}, 'algorithm.outer_lr=0.0 is invalid'),
     ({'correction': 'outer_sgd', 'outer_momentum': 1.0}, 'algorithm.outer_momentum=1.0 is'),
-    ({'correction': 'eager', 'eager_lambda': 0.0}, 'algorithm.eager_lambda=0.0 is invalid; '
-     'allowed: a number in (0, 1]'),
+    (
+      {'correction': 'eager', 'eager_lambda': 0.0},
+      'algorithm.eager_lambda=0.0 is invalid; allowed: a number in (0, 1]',
+    ),
     ({'correction': 'eager', 'eager_lambda': 1.5}, 'algorithm.eager_lambda=1.5 is invalid'),
-    ({'correction': 'eager', 'eager_gamma': -0.5}, 'algorithm.eager_gamma=-0.5 is invalid; '
-     'allowed: a number >= 0'),
+    (
+      {'correction': 'eager', 'eager_gamma': -0.5},
+      'algorithm.eager_gamma=-0.5 is invalid; allowed: a number >= 0',
+    ),
     ({'correction': 'anchor', 'anchor_pull': 1.5}, 'algorithm.anchor_pull=1.5 is invalid'),
-    ({'correction': 'anchor', 'anchor_momentum': 1.0}, 'algorithm.anchor_momentum=1.0 is '
-     'invalid; allowed: a number in [0, 1)'),
-    ({'eager_lambda': 0.5}, "algorithm.eager_lambda=0.5 is invalid with algorithm.correction="
-     "'cocod': only the eager correction uses it; allowed: 1.0 (the default), or "
-     "algorithm.correction='eager'"),
-    ({'correction': 'eager', 'anchor_pull': 0.5}, 'algorithm.anchor_pull=0.5 is invalid with '
-     "algorithm.correction='eager'"),
-    ({'correction': 'anchor', 'average_momentum': True}, 'algorithm.average_momentum=True is '
-     "invalid with algorithm.correction='anchor': its momentum buffers stay local"),
+    (
+      {'correction': 'anchor', 'anchor_momentum': 1.0},
+      'algorithm.anchor_momentum=1.0 is invalid; allowed: a number in [0, 1)',
+    ),
+    (
+      {'eager_lambda': 0.5},
+      'algorithm.eager_lambda=0.5 is invalid with algorithm.correction='
+      "'cocod': only the eager correction uses it; allowed: 1.0 (the default), or "
+      "algorithm.correction='eager'",
+    ),
+    (
+      {'correction': 'eager', 'anchor_pull': 0.5},
+      "algorithm.anchor_pull=0.5 is invalid with algorithm.correction='eager'",
+    ),
+    (
+      {'correction': 'anchor', 'average_momentum': True},
+      'algorithm.average_momentum=True is '
+      "invalid with algorithm.correction='anchor': its momentum buffers stay local",
+    ),
     ({'delay': 0}, 'algorithm.delay=0 is invalid; allowed: None (the whole round) or an integer'),
     ({'delay': 'half'}, "algorithm.delay='half' is invalid"),
-    ({'period': 4, 'delay': 5}, 'algorithm.delay=5 is invalid with algorithm.period=4; allowed: '
-     'None or an integer in [1, 4]'),
-    ({'delay': 1, 'name': 'local_sgd'}, "algorithm.delay=1 is invalid with algorithm.name="
-     "'local_sgd': the delay is CoCoD-SGD's"),
-    ({'delay': 1, 'correction': 'eager'}, "algorithm.delay=1 is invalid with "
-     "algorithm.correction='eager'"),
+    (
+      {'period': 4, 'delay': 5},
+      'algorithm.delay=5 is invalid with algorithm.period=4; allowed: None or an integer in [1, 4]',
+    ),
+    (
+      {'delay': 1, 'name': 'local_sgd'},
+      "algorithm.delay=1 is invalid with algorithm.name='local_sgd': the delay is CoCoD-SGD's",
+    ),
+    (
+      {'delay': 1, 'correction': 'eager'},
+      "algorithm.delay=1 is invalid with algorithm.correction='eager'",
+    ),
   ],
 )
 def test_correction_fields(fields, line):

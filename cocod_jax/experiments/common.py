@@ -27,6 +27,7 @@ from cocod_jax import timeline
 from cocod_jax.experiments import correctness
 from cocod_jax.experiments import published
 from cocod_jax.experiments import stats
+from cocod_jax.sweep import state as sweep_state
 
 FLAGS = cocod_flags.FLAGS  # cocod_flags.define_experiment_flags() defines what is read here.
 
@@ -152,11 +153,38 @@ def write_npz(name: str, arrays: dict):
 EXPERIMENT_FLAGS = ('seeds', 'task', 'link_rate', 'timing_links', 'timing_tasks', 'timing_seeds')
 
 
+def run_commits(points: list[Point]) -> list[dict]:
+  """The commits the points' runs were made at, from each point's own point.json (what the runner
+  recorded when it started the run): [{'commit', 'dirty', 'runs'}], most runs first."""
+  counts = {}
+  for p in points:
+    info = sweep_state.read_json(os.path.join(p.directory, 'point.json')) or {}
+    key = (info.get('commit') or 'unknown', info.get('dirty'))
+    counts[key] = counts.get(key, 0) + 1
+  out = [{'commit': c, 'dirty': d, 'runs': n} for (c, d), n in counts.items()]
+  return sorted(out, key=lambda r: -r['runs'])
+
+
+def provenance_line(data: dict) -> str:
+  """One line for an artefact's md: the commit(s) its runs were made at beside the render's."""
+  runs = data.get('run_commits') or []
+  made = '; '.join(
+    f'{r["commit"][:12]}{" (dirty)" if r["dirty"] else ""}: {r["runs"]} run(s)' for r in runs
+  )
+  render = f'{data["commit"][:12]}{" (dirty)" if data["dirty"] else ""}'
+  same = len(runs) == 1 and runs[0]['commit'] == data['commit'] and not runs[0]['dirty']
+  mixed = ' (the runs mix commits)' if len(runs) > 1 else ''
+  if same and not data['dirty']:
+    return f'Runs and render at commit {render}.'
+  return f'Rendered at {render}; the runs were made at {made or "(none)"}{mixed}.'
+
+
 def provenance(points: list[Point], backend: str) -> dict:
   return {
     'scale': FLAGS.scale,
     'commit': provenance_lib.commit(),
     'dirty': provenance_lib.dirty(),
+    'run_commits': run_commits(points),
     'command': provenance_lib.command(),
     # The experiment flags in effect, the registered ones included (configs/scales.py
     # `artefact_flags`), which the command does not show.
@@ -167,8 +195,14 @@ def provenance(points: list[Point], backend: str) -> dict:
     # whatever ran side by side); None for runs recorded before the runner kept it.
     'runs_wall_s': round(sum(p.wall_s or 0.0 for p in points), 1),
     'points': [
-      {'arg': p.arg, 'dir': p.directory, 'hash': p.hash, 'state': p.state, 'wall_s': p.wall_s}
-      for p in points
+      {
+        'arg': p.arg,
+        'dir': os.path.relpath(p.directory, FLAGS.workdir),
+        'hash': p.hash,
+        'state': p.state,
+        'wall_s': p.wall_s,
+      }
+      for p in points  # (directories relative to --workdir: no path of the machine that ran)
     ],
   }
 

@@ -35,7 +35,7 @@ FLAGS = common.FLAGS
 TIMED = config.TIMED
 
 
-def _as_rows(points):
+def as_rows(points):
   for p in points:  # The accuracy helpers group runs by `algo`: here each variant is a row.
     p.arg['algo'] = p.arg['variant']
   return points
@@ -51,10 +51,11 @@ def float32_bytes(point) -> int | None:
     return 4 * sum(f[k].size for k in f.files if k.startswith(('params/', 'batch_stats/')))
 
 
-def accuracy_rows(points, task: str) -> tuple[list[dict], dict]:
+def accuracy_rows(points, task: str, variants=None) -> tuple[list[dict], dict]:
   """One row per variant (S-SGD aside): its finals, the paired verdict, bytes and rounding; and
   {variant: [seeds, examples] correctness} of every run a verdict used, in its `pairs` order
-  (S-SGD's in its own seeds' order)."""
+  (S-SGD's in its own seeds' order). `variants`: those to row (default: configs/corrections.py's;
+  the overlap experiment passes its own), each paired with the points' S-SGD (`ssgd`) runs."""
   reference = accuracy.by_seed(points, config.REFERENCE, task)
   known = {}  # Each run's correctness, read once: S-SGD's runs pair with every row.
 
@@ -65,7 +66,7 @@ def accuracy_rows(points, task: str) -> tuple[list[dict], dict]:
 
   arrays = {}
   rows = []
-  for variant in config.VARIANTS:
+  for variant in config.VARIANTS if variants is None else variants:
     if variant == config.REFERENCE:
       continue
     mine = [p for p in points if p.arg['algo'] == variant and p.arg['task'] == task]
@@ -234,7 +235,7 @@ def make() -> int:
   points = common.run(config, f'task={task},seeds={seeds}')
   if points is None:  # A dry run or a Slurm submission: the runner said what it would do.
     return 0
-  points = _as_rows(points)
+  points = as_rows(points)
   acc_rows, arrays = accuracy_rows(points, task)
   reference = accuracy.by_seed(points, config.REFERENCE, task)
   finals = [accuracy.final(p) for p in reference.values()]
@@ -245,7 +246,7 @@ def make() -> int:
     run = common.run(config, arg, timing=True, link=link)
     if run is None:
       return 0
-    run = [p for p in _as_rows(run) if p.arg['algo'] in TIMED]
+    run = [p for p in as_rows(run) if p.arg['algo'] in TIMED]
     timed[link], timed_points[link] = timing_rows(run, target), run
     everything += run
   title = f'Corrections and compressed snapshot allreduce, {scales.task_title(task, "cpu")}'
