@@ -58,6 +58,7 @@ def _run_fields(config, v: _Checks) -> None:
   _period_field(config, v)
   v.integer('algorithm.warmup_period_epochs', a.warmup_period_epochs, 0)
   _correction_fields(a, v)
+  _delay_field(config, v)
   v.check(c.dtype in compression.DTYPES, 'comm.dtype', c.dtype, list(compression.DTYPES))
   v.check(isinstance(c.error_feedback, bool), 'comm.error_feedback', c.error_feedback,
           'True or False')  # fmt: skip
@@ -196,15 +197,23 @@ def _correction_fields(a, v: _Checks) -> None:
       f'algorithm.average_momentum=True is invalid with algorithm.correction={a.correction!r}: '
       'its momentum buffers stay local; allowed: False, or another correction'
     )
-  _delay_field(a, v)
 
 
-def _delay_field(a, v: _Checks) -> None:
-  """tau: None (the whole round), or 1 <= tau <= k, for CoCoD-SGD's own correction only."""
+def _delay_field(config, v: _Checks) -> None:
+  """tau: None (the whole round), 1 <= tau <= k, or 'auto' (measured, MPI only), for CoCoD-SGD's
+  own correction only."""
+  a, auto = config.algorithm, period_auto.AUTO
   if a.delay is None:
     return
-  if not (_is_int(a.delay) and a.delay >= 1):
-    v.check(False, 'algorithm.delay', a.delay, 'None (the whole round) or an integer >= 1')
+  if a.delay == auto and config.backend != 'mpi':
+    v.out.append(
+      f"algorithm.delay='{auto}' is invalid with backend={config.backend!r}: tau is chosen from "
+      'measured step and allreduce times, and the one-host cluster has no real communication '
+      "time; allowed: backend='mpi', or algorithm.delay None or an integer >= 1"
+    )
+  elif a.delay != auto and not (_is_int(a.delay) and a.delay >= 1):
+    allowed = f"None (the whole round), an integer >= 1, or '{auto}'"
+    v.check(False, 'algorithm.delay', a.delay, allowed)
   elif a.name != 'cocod_sgd':
     v.out.append(
       f'algorithm.delay={a.delay!r} is invalid with algorithm.name={a.name!r}: the delay is '
@@ -216,7 +225,7 @@ def _delay_field(a, v: _Checks) -> None:
       "others send a state made at the round's end, not a snapshot taken tau steps before it; "
       "allowed: None, or algorithm.correction='cocod'"
     )
-  elif _is_int(a.period) and a.delay > a.period:
+  elif _is_int(a.period) and _is_int(a.delay) and a.delay > a.period:
     v.out.append(
       f'algorithm.delay={a.delay} is invalid with algorithm.period={a.period}; allowed: None or '
       f'an integer in [1, {a.period}]'

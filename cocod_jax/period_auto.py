@@ -59,6 +59,15 @@ def is_auto(config) -> bool:
   return config.algorithm.period == AUTO
 
 
+def delay_is_auto(config) -> bool:
+  return config.algorithm.get('delay') == AUTO
+
+
+def measured(config) -> bool:
+  """Whether the run measures Tp and Tc before its first step: a period or a delay of 'auto'."""
+  return is_auto(config) or delay_is_auto(config)
+
+
 def choose_period(tp_s: float, tc_s: float, cap: int = MAX_PERIOD) -> int:
   """The smallest k >= 1 with `k * tp_s >= tc_s`, at most `cap`.
 
@@ -75,11 +84,14 @@ def choose_period(tp_s: float, tc_s: float, cap: int = MAX_PERIOD) -> int:
   return int(min(cap, max(1, math.ceil(tc_s / tp_s))))
 
 
-def with_period(config, k: int):
-  """A copy of `config` with `algorithm.period=k` (what the algorithms and schedules read)."""
+def with_period(config, k: int, delay: int | None = None):
+  """A copy of `config` with `algorithm.period=k` (what the algorithms and schedules read), and
+  `algorithm.delay=delay` when one is given."""
   out = copy.deepcopy(config)  # Keeps the field's `object` type (copy_and_resolve would not).
   with out.unlocked():
     out.algorithm.period = int(k)
+    if delay is not None:
+      out.algorithm.delay = int(delay)
   return out
 
 
@@ -125,8 +137,10 @@ def measure(cluster, config, state, data) -> dict:
     data: the placed `WorkerData` with one epoch's batches.
 
   Returns:
-    {'Tp_s' (the largest over the ranks), 'Tc_s', 'r', 'k', 'cap', 'samples', 'ranks' (each
-    rank's [Tp_s, Tc_s], its own medians), 'source': 'measured'}.
+    {'Tp_s' (the largest over the ranks), 'Tc_s', 'r', 'k' (chosen, or the config's when it is
+    fixed), 'cap', 'samples', 'ranks' (each rank's [Tp_s, Tc_s], its own medians), 'source':
+    'measured'}, and with `algorithm.delay='auto'` 'delay': the smallest tau with tau Tp >= Tc,
+    at most k.
   """
   tp = _median_step_s(cluster, state, data)
   spans = _allreduce_spans_s(cluster, steps_lib.synced_part(state, config))
@@ -136,16 +150,22 @@ def measure(cluster, config, state, data) -> dict:
   # Per allreduce the shortest span over the ranks: the last rank to arrive waited for no one
   # (timeline.collective_time); then their median.
   tc_all = statistics.median(min(s[i] for _, s in everyone) for i in range(SAMPLES))
-  return dict(
+  k = choose_period(tp_all, tc_all) if is_auto(config) else int(config.algorithm.period)
+  out = dict(
     Tp_s=tp_all,
     Tc_s=tc_all,
     r=tc_all / tp_all,
-    k=choose_period(tp_all, tc_all),
+    k=k,
     cap=MAX_PERIOD,
     samples=SAMPLES,
     ranks=ranks,
     source='measured',
   )
+  if not is_auto(config):
+    out['period'] = 'fixed'  # k is the config's; only the delay was chosen.
+  if delay_is_auto(config):
+    out['delay'] = choose_period(tp_all, tc_all, cap=k)
+  return out
 
 
 def read(workdir: str) -> dict | None:
@@ -183,7 +203,16 @@ def describe(figures: dict, workdir: str) -> str:
     else f'as measured before, from {os.path.join(workdir, FILE)}'
   )
   capped = ' (capped)' if figures['k'] == figures['cap'] and math.ceil(r) > figures['cap'] else ''
+  what = [f'k = {figures["k"]}{capped} (k Tp >= Tc, at most {figures["cap"]})']
+  if 'delay' in figures:
+    what.append(f'tau = {figures["delay"]} (tau Tp >= Tc, at most k)')
+  if figures.get('period') == 'fixed':
+    what = what[1:]
+  fields = ' and '.join(
+    f'algorithm.{f}=auto' for f in ('period', 'delay') if figures.get(f) != 'fixed' and (
+      f == 'period' or 'delay' in figures)
+  )  # fmt: skip
   return (
-    f'algorithm.period=auto: Tp {figures["Tp_s"] * 1e3:.2f} ms, Tc {figures["Tc_s"] * 1e3:.2f} ms '
-    f'(r = {r:.2f}; {how}) -> k = {figures["k"]}{capped} (k Tp >= Tc, at most {figures["cap"]})'
+    f'{fields}: Tp {figures["Tp_s"] * 1e3:.2f} ms, Tc {figures["Tc_s"] * 1e3:.2f} '
+    f'ms (r = {r:.2f}; {how}) -> ' + ', '.join(what)
   )

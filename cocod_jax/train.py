@@ -91,8 +91,9 @@ def make_plan(config, dataset) -> Plan:
 def resolve_period(config, workdir, plan: Plan, cluster, data, state):
   """(the config the algorithm runs with, the figures of k or None): with
   `algorithm.period='auto'`, k measured here on epoch 1's batches, before the first step, or
-  taken from an earlier run in `workdir` (period_auto.py); `config` itself otherwise."""
-  if not period_auto.is_auto(config):
+  taken from an earlier run in `workdir` (period_auto.py); likewise tau with
+  `algorithm.delay='auto'`; `config` itself otherwise."""
+  if not period_auto.measured(config):
     return config, None
   here, width = cluster.workers, batch_width(cluster, plan)
   probe = data._replace(
@@ -102,7 +103,7 @@ def resolve_period(config, workdir, plan: Plan, cluster, data, state):
   figures = period_auto.resolve(cluster, config, state, probe, workdir)
   if cluster.is_chief:
     print(period_auto.describe(figures, workdir), flush=True)
-  return period_auto.with_period(config, figures['k']), figures
+  return period_auto.with_period(config, figures['k'], figures.get('delay')), figures
 
 
 def make_cluster(config, plan: Plan):

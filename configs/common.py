@@ -31,7 +31,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.algorithm.anchor_pull = 0.6
   c.algorithm.anchor_momentum = 0.7
   # CoCoD-SGD's snapshot is taken `delay` steps before the round's end (tau, 1 <= tau <= k);
-  # None: at the round's start (tau = k, the paper's). Typed `object`: None or an integer.
+  # None: at the round's start (tau = k, the paper's); 'auto': the smallest tau with tau Tp >= Tc,
+  # measured at the start of an MPI run as for period='auto'. Typed `object`: None, an integer
+  # or 'auto'. With period='auto', a tau larger than the measured k acts as k.
   c.algorithm.delay = config_dict.FieldReference(None, field_type=object)
   c.backend = 'one_host'  # All workers in one process; 'mpi': R ranks of N / R (mpirun/srun).
   c.one_host = ml_collections.ConfigDict()  # The one-host cluster (backend='one_host' only).

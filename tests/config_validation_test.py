@@ -43,7 +43,15 @@ from configs import test as test_config
       'algorithm.average_momentum=True is '
       "invalid with algorithm.correction='anchor': its momentum buffers stay local",
     ),
-    ({'delay': 0}, 'algorithm.delay=0 is invalid; allowed: None (the whole round) or an integer'),
+    (
+      {'delay': 0},
+      "algorithm.delay=0 is invalid; allowed: None (the whole round), an integer >= 1, or 'auto'",
+    ),
+    (
+      {'delay': 'auto'},
+      "algorithm.delay='auto' is invalid with backend='one_host': tau is "
+      'chosen from measured step and allreduce times',
+    ),
     ({'delay': 'half'}, "algorithm.delay='half' is invalid"),
     (
       {'period': 4, 'delay': 5},

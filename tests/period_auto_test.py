@@ -1,5 +1,6 @@
 """`algorithm.period='auto'`: the rule for k, the config it is allowed in, the plan that does not
-depend on it, and an MPI run that measures k, records it and keeps it when resumed."""
+depend on it, and an MPI run that measures k, records it and keeps it when resumed; and
+`algorithm.delay='auto'` (tau by the same rule, at most k) on an MPI run."""
 
 import json
 import math
@@ -173,3 +174,35 @@ def test_mpi_run_measures_k_records_it_and_keeps_it_when_resumed(tmp_path):
   changed = mpi_test._mpirun(2, AUTO_RUN + [f'--workdir={wd}', '--config.num_epochs=3'])
   assert changed.returncode != 0
   assert f'was made with period k={k}' in changed.stderr, changed.stderr[-3000:]
+
+
+def test_mpi_run_measures_the_delay(tmp_path):
+  # k fixed at 4, tau measured: the smallest tau with tau Tp >= Tc, at most k; the run's line
+  # says so, results.json and period_auto.json keep it, and a continued run takes it from there.
+  wd = tmp_path / 'run'
+  args = ['--config=configs/test.py', '--config.backend=mpi', '--config.algorithm.period=4',
+          '--config.algorithm.delay=auto', '--config.checkpoint.every_epochs=1',
+          f'--workdir={wd}']  # fmt: skip
+  first = mpi_test._mpirun(2, args + ['--config.num_epochs=1'])
+  assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
+  auto = results_schema.load_results(str(wd / 'results.json'))['period_auto']
+  assert auto['k'] == 4 and auto['period'] == 'fixed'
+  assert auto['delay'] == period_auto.choose_period(auto['Tp_s'], auto['Tc_s'], 4)
+  assert f'algorithm.delay=auto: Tp' in first.stdout
+  assert f'-> tau = {auto["delay"]} (tau Tp >= Tc, at most k)' in first.stdout
+  again = mpi_test._mpirun(2, args + ['--config.num_epochs=2'])
+  assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
+  res = results_schema.load_results(str(wd / 'results.json'))
+  assert res['period_auto'] == dict(auto, source='stored')
+
+
+def test_describe_names_what_was_chosen():
+  base = dict(Tp_s=1e-3, Tc_s=2.5e-3, r=2.5, k=3, cap=32, samples=5, ranks=[], source='measured')
+  assert period_auto.describe(base, 'wd').startswith('algorithm.period=auto: Tp 1.00 ms')
+  assert period_auto.describe(base, 'wd').endswith('-> k = 3 (k Tp >= Tc, at most 32)')
+  both = period_auto.describe(dict(base, delay=3), 'wd')
+  assert both.startswith('algorithm.period=auto and algorithm.delay=auto: Tp')
+  assert both.endswith('-> k = 3 (k Tp >= Tc, at most 32), tau = 3 (tau Tp >= Tc, at most k)')
+  delay = period_auto.describe(dict(base, k=5, period='fixed', delay=3), 'wd')
+  assert delay.startswith('algorithm.delay=auto: Tp')
+  assert delay.endswith('-> tau = 3 (tau Tp >= Tc, at most k)')
