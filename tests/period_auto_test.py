@@ -188,7 +188,7 @@ def test_mpi_run_measures_the_delay(tmp_path):
   auto = results_schema.load_results(str(wd / 'results.json'))['period_auto']
   assert auto['k'] == 4 and auto['period'] == 'fixed'
   assert auto['delay'] == period_auto.choose_period(auto['Tp_s'], auto['Tc_s'], 4)
-  assert f'algorithm.delay=auto: Tp' in first.stdout
+  assert 'algorithm.delay=auto: Tp' in first.stdout
   assert f'-> tau = {auto["delay"]} (tau Tp >= Tc, at most k)' in first.stdout
   again = mpi_test._mpirun(2, args + ['--config.num_epochs=2'])
   assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
