@@ -15,6 +15,8 @@ from cocod_jax.experiments import accuracy
 from cocod_jax.experiments import common
 from cocod_jax.experiments import corrections
 from cocod_jax.experiments import correctness
+from cocod_jax.experiments import overlap
+from configs import overlap as overlap_config
 from configs import scales
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -446,3 +448,87 @@ def test_report_only_with_nothing_to_report_is_one_line(tmp_path):
     'holds them'
   ]
   assert not workdir.exists()
+
+
+def _overlap_point(variant, task, seed, final, state='DONE', root='points'):
+  results = None
+  if state != 'PENDING':
+    results = {'status': 'completed' if state == 'DONE' else 'diverged',
+               'epochs': [{'epoch': 1, 'test_accuracy': final / 100, 'train_loss': 1.0,
+                           'train_time_s': 1.0}],
+               'final': {'test_accuracy': final / 100}}  # fmt: skip
+  arg = {'variant': variant, 'algo': variant, 'task': task, 'seed': str(seed)}
+  return common.Point(arg, state, f'{root}/{variant}.{task}.s{seed}', 'h', results)
+
+
+def test_overlap_choice_target_and_rendering(flags_parsed, tmp_path):
+  # Pilot (seeds 100-102, the hard columns; paired by seed, no final models on disk): S-SGD
+  # 80 + s; delay_2 0.2 below it, delay_1 1.0; eager_4_g1 0.1 below, the other eager settings
+  # 2.0; anchor_06_07 1.5 below; anchor_05_00 diverged on one column (out, however good).
+  common.FLAGS(['test', f'--workdir={tmp_path}', '--scale=cpu'])
+  gaps = {'cocod': -1.0, 'delay_1': -1.0, 'delay_2': -0.2, 'anchor_06_07': -1.5,
+          'anchor_05_00': 0.5}  # fmt: skip
+  for v in overlap_config.settings('eager'):
+    gaps[v] = -0.1 if v == 'eager_4_g1' else -2.0
+  pilot = []
+  for task in overlap_config.HARD:
+    for s in overlap_config.PILOT_SEEDS:
+      pilot.append(_overlap_point('ssgd', task, s, 80.0 + s % 10))
+      for v, gap in gaps.items():
+        diverged = v == 'anchor_05_00' and task == 'c100_v16'
+        pilot.append(_overlap_point(v, task, s, 80.0 + s % 10 + gap,
+                                    state='DIVERGED' if diverged else 'DONE'))  # fmt: skip
+  rows = overlap.stage_rows(pilot, overlap_config.HARD, overlap_config.stage_variants('pilot', []))
+  chosen = overlap.choose(rows)
+  assert chosen == {'delay': 'delay_2', 'eager': 'eager_4_g1', 'anchor': 'anchor_06_07'}
+  # Full runs on the hard CNN column only (the rest not run): Local-SGD 0.3 below S-SGD, so
+  # delay_2 (0.2 below S-SGD: +0.10 against Local-SGD) meets the target there, CoCoD-SGD
+  # (-0.70) does not; seed 4 of eager_4_g1 did not run.
+  full = []
+  for s in overlap_config.FULL_SEEDS:
+    full.append(_overlap_point('ssgd', 'c100_r18', s, 80.0 + s))
+    for v, gap in (('local_sgd', -0.3), ('cocod', -1.0), ('delay_2', -0.2),
+                   ('eager_4_g1', -0.1), ('anchor_06_07', -1.5)):  # fmt: skip
+      pending = v == 'eager_4_g1' and s == 4
+      full.append(_overlap_point(v, 'c100_r18', s, 80.0 + s + gap,
+                                 state='PENDING' if pending else 'DONE'))  # fmt: skip
+  gap = overlap.versus_local(full, 'c100_r18', 'delay_2')
+  assert gap['seeds'] == [0, 1, 2, 3, 4] and gap['gap'] == pytest.approx(0.1) and gap['meets']
+  assert not overlap.versus_local(full, 'c100_r18', 'cocod')['meets']
+  assert overlap.versus_local(full, 'c100_v16', 'cocod') is None
+  data = overlap.assemble(pilot, full, chosen)
+  assert data['not_run'] == ['eager_4_g1 c100_r18 seed 4']
+  text = overlap.render(data)
+  assert '| delay_2 | -0.20 [-0.20, -0.20] equivalent | -0.20 [' in text
+  assert '| anchor_05_00 | +0.50 [+0.50, +0.50] inconclusive | diverged |' in text
+  assert (
+    'Chosen (the highest mean difference over the two columns): delay: delay_2, eager: '
+    'eager_4_g1, anchor: anchor_06_07. Settings given: delay 2, eager 6, anchor 2.' in text
+  )
+  # Against Local-SGD: delay_2 +0.10 on the one column run: undecided (three columns not run).
+  assert '| delay_2 | +0.10 (5 seeds) | not run | not run | not run | undecided |' in text
+  assert '| cocod | -0.70 (5 seeds) | not run | not run | not run | no |' in text
+  assert 'Not run (1 of ' in text and 'eager_4_g1 c100_r18 seed 4' in text
+  overlap.plot(data)
+  assert (tmp_path / 'overlap.png').stat().st_size > 10_000
+
+
+def test_provenance_lists_the_runs_commits(flags_parsed, tmp_path):
+  # Each point's point.json (written by the runner when it starts a run) names its commit; the
+  # artefact lists them with their dirty flags and says when they differ from the render's.
+  common.FLAGS(['test', f'--workdir={tmp_path}', '--scale=cpu'])
+  points = []
+  for i, (commit, dirty) in enumerate((('a' * 40, False), ('a' * 40, False), ('b' * 40, True))):
+    d = tmp_path / 'points' / f'p{i}'
+    d.mkdir(parents=True)
+    (d / 'point.json').write_text(json.dumps({'commit': commit, 'dirty': dirty}))
+    points.append(common.Point({'seed': str(i)}, 'DONE', str(d), 'h', {}))
+  data = common.provenance(points, 'one_host')
+  assert data['run_commits'] == [{'commit': 'a' * 40, 'dirty': False, 'runs': 2},
+                                 {'commit': 'b' * 40, 'dirty': True, 'runs': 1}]  # fmt: skip
+  assert [p['dir'] for p in data['points']] == ['points/p0', 'points/p1', 'points/p2']
+  line = common.provenance_line(dict(data, commit='c' * 40, dirty=False))
+  assert line == ('Rendered at cccccccccccc; the runs were made at aaaaaaaaaaaa: 2 run(s); '
+                  'bbbbbbbbbbbb (dirty): 1 run(s) (the runs mix commits).')  # fmt: skip
+  same = dict(data, commit='a' * 40, dirty=False, run_commits=data['run_commits'][:1])
+  assert common.provenance_line(same) == 'Runs and render at commit aaaaaaaaaaaa.'

@@ -102,10 +102,10 @@ def render(data: dict) -> str:
     '',
     common.provenance_line(data),
     '',
-    "Each cell: final accuracy minus S-SGD's, in points, paired by seed and test example, its "
-    "90% interval and the registered verdict (margin 0.5 point). 'not run': no run of that "
-    'cell is on disk. Registered before the runs: docs/paper-cpu/PREREGISTRATION.md, '
-    'amendment 3.',
+    "Each cell: final accuracy minus S-SGD's, in points, paired by seed and test example (by "
+    'seed where the final models are not on disk), its 90% interval and the registered verdict '
+    "(margin 0.5 point). 'not run': no run of that cell is on disk. Registered before the runs: "
+    'docs/paper-cpu/PREREGISTRATION.md, amendment 3.',
     '',
     f'## Pilot: the hard columns, seeds {", ".join(map(str, config.PILOT_SEEDS))}, every setting',
     '',
@@ -175,62 +175,62 @@ def _finals(points, tasks) -> dict:
           for t in tasks}  # fmt: skip
 
 
+def assemble(pilot_points, full_points, chosen: dict) -> dict:
+  """The artefact's data from the two stages' points (`corrections.as_rows` applied)."""
+  full_variants = config.stage_variants('full', [v for v in chosen.values() if v])
+  vs_local = {
+    t: {v: versus_local(full_points, t, v) for v in full_variants if v not in ('ssgd', 'local_sgd')}
+    for t in config.TASKS
+  }
+  everything = pilot_points + full_points
+  missing = [
+    f'{p.arg["variant"]} {p.arg["task"]} seed {p.arg["seed"]}'
+    for p in everything
+    if p.state not in ('DONE', 'DIVERGED')
+  ]
+  not_run = (
+    f'Not run ({len(missing)} of {len(everything)} registered runs): ' + ', '.join(missing) + '.'
+    if missing
+    else 'Every registered run finished.'
+  )
+  return {
+    'pilot': {
+      'rows': stage_rows(pilot_points, config.HARD, config.stage_variants('pilot', [])),
+      'ssgd': _finals(pilot_points, config.HARD),
+      'seeds': list(config.PILOT_SEEDS),
+    },
+    'chosen': chosen,
+    'full': {
+      'rows': stage_rows(full_points, config.TASKS, full_variants),
+      'ssgd': _finals(full_points, config.TASKS),
+      'variants': full_variants,
+      'seeds': list(config.FULL_SEEDS),
+      'vs_local': vs_local,
+    },
+    'not_run': missing,
+    'not_run_line': not_run + ' Not part of this artefact: the timing runs on the shaped link, '
+    'the frontier figure and the mixed cluster (issue 30, items 3-6).',
+    **common.provenance(everything, 'one_host'),
+  }
+
+
 def make() -> int:
   """Runs (or reads) the pilot, chooses, runs (or reads) the full runs, writes the artefact."""
   pilot_points = common.run(config, f'stage=pilot,scale={FLAGS.scale}')
   if pilot_points is None:  # A dry run or a Slurm submission: the runner said what it would do.
     return 0
   pilot_points = corrections.as_rows(pilot_points)
-  pilot_variants = config.stage_variants('pilot', [])
-  pilot = stage_rows(pilot_points, config.HARD, pilot_variants)
-  chosen = choose(pilot)
-  picked = [v for v in chosen.values() if v]
-  full_points = common.run(config, f'stage=full,scale={FLAGS.scale},chosen=' + ';'.join(picked))
+  chosen = choose(stage_rows(pilot_points, config.HARD, config.stage_variants('pilot', [])))
+  picked = ';'.join(v for v in chosen.values() if v)
+  full_points = common.run(config, f'stage=full,scale={FLAGS.scale},chosen={picked}')
   if full_points is None:
     return 0
-  full_points = corrections.as_rows(full_points)
-  full_variants = config.stage_variants('full', picked)
-  full = stage_rows(full_points, config.TASKS, full_variants)
-  vs_local = {
-    t: {v: versus_local(full_points, t, v) for v in full_variants if v not in ('ssgd', 'local_sgd')}
-    for t in config.TASKS
-  }
-  everything = pilot_points + full_points
-  done = ('DONE', 'DIVERGED')
-  missing = [
-    f'{p.arg["variant"]} {p.arg["task"]} seed {p.arg["seed"]}'
-    for p in everything
-    if p.state not in done
-  ]
-  data = {
-    'pilot': {
-      'rows': pilot,
-      'ssgd': _finals(pilot_points, config.HARD),
-      'seeds': list(config.PILOT_SEEDS),
-    },  # fmt: skip
-    'chosen': chosen,
-    'full': {
-      'rows': full,
-      'ssgd': _finals(full_points, config.TASKS),
-      'variants': full_variants,
-      'seeds': list(config.FULL_SEEDS),
-      'vs_local': vs_local,
-    },  # fmt: skip
-    'not_run': missing,
-    'not_run_line': (
-      f'Not run ({len(missing)} of {len(everything)} runs): ' + ', '.join(missing)
-      if missing
-      else 'Every registered run finished.'
-    )
-    + ' Timing (2 ranks x 8 workers over the shaped link), the frontier figure and the mixed '
-    'cluster (issue 30, items 3-6) are not part of this artefact.',
-    **common.provenance(everything, 'one_host'),
-  }
+  data = assemble(pilot_points, corrections.as_rows(full_points), chosen)
   text = render(data)
   print(text)
   plot(data)
   common.write('overlap', text, data)
-  return 0 if not missing else 1
+  return 0 if not data['not_run'] else 1
 
 
 def main():
