@@ -30,6 +30,8 @@ results.json:
                     update and to the model; root of the sums over rounds) (optional)
   period_auto       runs with algorithm.period='auto': Tp_s, Tc_s, r, the chosen k, its cap,
                     samples, each rank's [Tp_s, Tc_s], source (period_auto.py; optional)
+  restart_compile_s  runs resumed from a checkpoint: the seconds their later processes spent
+                    compiling again, left out of every train_time_s (optional)
 
 An epoch record: epoch (int, from 0), train_loss, test_loss, test_accuracy (0..1) and
 train_time_s (seconds of training so far, evaluation excluded).
@@ -68,6 +70,7 @@ OPTIONAL_FIELDS = {
   'layout': dict,
   'snapshot_allreduce': dict,
   'period_auto': dict,
+  'restart_compile_s': float,
 }
 STATUSES = ('completed', 'diverged')
 BACKENDS = ('one_host', 'mpi')

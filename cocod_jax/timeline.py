@@ -31,12 +31,15 @@ kept. From these:
 - `step_time_s` = measured training time / steps, over all steps.
 
 Only spans of the measured epochs count: the first epoch compiles every function, so it is left out
-whenever there is more than one epoch.
+whenever there is more than one epoch. A run resumed from a checkpoint compiles its functions
+again: main-thread spans during which JAX traced, lowered or compiled (`CompileClock`) are kept in
+the trace with `compiled=True` and left out of the figures, with their steps.
 """
 
 import collections
 import contextlib
 import socket
+import threading
 import time
 
 import jax
@@ -45,6 +48,47 @@ import numpy as np
 from cocod_jax import files
 
 MAIN, COMM, LOCAL = 'main', 'comm', 'local'
+# JAX's own monitoring events of a function's first call (jax.monitoring), in seconds.
+COMPILE_EVENTS = (
+  '/jax/core/compile/jaxpr_trace_duration',
+  '/jax/core/compile/jaxpr_to_mlir_module_duration',
+  '/jax/core/compile/backend_compile_duration',
+)
+
+
+class CompileClock:
+  """Seconds spent tracing, lowering and compiling since the process began, on any thread (JAX's
+  monitoring events): the main thread's block its steps, and the communicator thread's block
+  the collective that the main thread then waits for. One listener for the process, registered
+  on first use."""
+
+  _seconds = 0.0
+  _registered = False
+  _recent = collections.deque(maxlen=256)  # (start, end) of the latest compilation phases
+
+  @classmethod
+  def seconds(cls) -> float:
+    if not cls._registered:
+      from jax import monitoring  # pylint: disable=g-import-not-at-top
+
+      lock = threading.Lock()
+
+      def listen(event, duration, **_):
+        if event in COMPILE_EVENTS:
+          end = time.perf_counter()
+          with lock:
+            cls._seconds += duration
+            cls._recent.append((end - duration, end))
+
+      monitoring.register_event_duration_secs_listener(listen)
+      cls._registered = True
+    return cls._seconds
+
+  @classmethod
+  def during(cls, start: float, end: float) -> bool:
+    """Whether a compilation phase overlapped [start, end] (of the latest ones kept)."""
+    cls.seconds()
+    return any(b < end and e > start for b, e in list(cls._recent))
 
 
 class Timeline:
@@ -65,8 +109,10 @@ class Timeline:
     self.epoch = 0
     self.sampling = enabled  # Whether the current round (or epoch-end wait) is timed.
     self.sampled_steps = collections.Counter()  # epoch -> steps timed
+    self.compiled_steps = collections.Counter()  # epoch -> timed steps that compiled
     self._rounds = 0
-    self._round = None  # (start time, first step, length) of the sampled round in progress
+    self._round = None  # (start time, first step, length, compile clock) of the sampled round
+    self._step_compiled = False
 
   # ------------------------------------------------------------------ driven by the loop
 
@@ -74,16 +120,22 @@ class Timeline:
     due = self.sample_every > 0 and self._rounds % self.sample_every == 0
     self.sampling = self.enabled and due
     self._rounds += 1
-    self._round = (time.perf_counter(), first_step, length) if self.sampling else None
+    self._round = None
+    if self.sampling:
+      self._round = (time.perf_counter(), first_step, length, CompileClock.seconds())
 
   def end_step(self, t: int):
     """After step `t`; closes the round when `t` is its last step."""
     if not self.sampling:
       return
     self.sampled_steps[self.epoch] += 1
-    start, first, length = self._round
+    if self._step_compiled:
+      self.compiled_steps[self.epoch] += 1
+      self._step_compiled = False
+    start, first, length, clock = self._round
     if t + 1 == first + length:
-      self.add('round', 'round', start, time.perf_counter(), full=True)
+      compiled = CompileClock.seconds() > clock
+      self.add('round', 'round', start, time.perf_counter(), full=True, compiled=compiled)
 
   @contextlib.contextmanager
   def drain(self):
@@ -100,6 +152,8 @@ class Timeline:
     if self.enabled:
       args.setdefault('epoch', self.epoch)
       args.setdefault('sampled', self.sampling)
+      if thread != MAIN and CompileClock.during(start, end):  # (e.g. a restart's first
+        args['compiled'] = True  # collective, which compiles its staging on its thread)
       self.spans.append((name, cat, start, end, thread, args))
 
   @contextlib.contextmanager
@@ -107,10 +161,13 @@ class Timeline:
     if not self.sampling:
       yield
       return
-    start = time.perf_counter()
+    start, clock = time.perf_counter(), CompileClock.seconds()
     try:
       yield
     finally:
+      if CompileClock.seconds() > clock:
+        args['compiled'] = True
+        self._step_compiled = self._step_compiled or cat == 'step'
       self.add(name, cat, start, time.perf_counter(), **args)
 
   def ready(self, tree):
@@ -129,6 +186,7 @@ class Timeline:
       'spans': spans,
       'elapsed': now - self.origin,
       'sampled_steps': {str(k): v for k, v in self.sampled_steps.items()},
+      'compiled_steps': {str(k): v for k, v in self.compiled_steps.items()},
       'rounds': self._rounds,
     }
 
@@ -138,6 +196,8 @@ class Timeline:
     self.origin = shift
     self.spans = [(n, c, b + shift, e + shift, th, a) for n, c, b, e, th, a in d['spans']]
     self.sampled_steps = collections.Counter({int(k): v for k, v in d['sampled_steps'].items()})
+    compiled = d.get('compiled_steps', {})  # (checkpoints written before it was kept: none)
+    self.compiled_steps = collections.Counter({int(k): v for k, v in compiled.items()})
     self._rounds = d['rounds']
     # A run resumed inside a round leaves the rest of that round untimed (its start is gone);
     # the next round is sampled as usual.
@@ -176,7 +236,9 @@ class Timeline:
 
   def summary(self, from_epoch: int, steps: int, train_time_s: float) -> dict:
     """Figures over the spans of epochs >= `from_epoch` (`steps` steps, `train_time_s` seconds)."""
-    chosen = [s for s in self.spans if s[5].get('epoch', 0) >= from_epoch]
+    chosen = [
+      s for s in self.spans if s[5].get('epoch', 0) >= from_epoch and not s[5].get('compiled')
+    ]
     sampled = [s for s in chosen if s[5].get('sampled', True)]
 
     def total(spans, cat, **match):
@@ -192,6 +254,7 @@ class Timeline:
     local = [e - b for _, c, b, e, _, _ in chosen if c == 'local']
     rounds = [e - b for _, c, b, e, _, a in sampled if c == 'round' and a.get('full', False)]
     timed_steps = sum(n for epoch, n in self.sampled_steps.items() if epoch >= from_epoch)
+    timed_steps -= sum(n for epoch, n in self.compiled_steps.items() if epoch >= from_epoch)
     tp = total(sampled, 'step') / timed_steps if timed_steps else float('nan')
     tc = float(np.mean(comm)) if comm else 0.0
     local_s = total(sampled, 'local')

@@ -303,6 +303,9 @@ class Position:
   step: int = 0  # The next global step.
   train_time: float = 0.0
   measured_time: float = 0.0  # Training time of the epochs after the first (compilation).
+  # Seconds a resumed run spent compiling its functions again, left out of the two above: the
+  # run is timed as if it had not stopped (its first process compiled them in epoch 1).
+  restart_compile_s: float = 0.0
   losses: list = dataclasses.field(default_factory=list)  # This epoch's, so far.
 
   def add_time(self, seconds: float, measured: bool):
@@ -324,15 +327,29 @@ class Run(NamedTuple):
 
 
 class Stopwatch:
-  """Training time: `lap()` returns the seconds since the last lap (or the start)."""
+  """Training time: `lap()` returns the seconds since the last lap (or the start). With `pos`
+  (a resumed run), the compilation in between (`timeline.CompileClock`) is left out and added
+  to `pos.restart_compile_s` instead."""
 
-  def __init__(self):
+  def __init__(self, pos: 'Position | None' = None):
+    self.pos = pos
     self.last = time.perf_counter()
+    self.clock = timeline_lib.CompileClock.seconds() if pos is not None else 0.0
 
   def lap(self) -> float:
     now = time.perf_counter()
     elapsed, self.last = now - self.last, now
+    if self.pos is not None:
+      clock = timeline_lib.CompileClock.seconds()
+      compiled, self.clock = min(clock - self.clock, elapsed), clock
+      self.pos.restart_compile_s += compiled
+      elapsed -= compiled
     return elapsed
+
+  def reset(self):
+    """Starts the next lap now, counting nothing of what came before."""
+    self.last = time.perf_counter()
+    self.clock = timeline_lib.CompileClock.seconds() if self.pos is not None else 0.0
 
 
 def save_checkpoint(run: Run, state, pos: Position):
@@ -411,6 +428,7 @@ def resume(run: Run):
   run.algo.load_state_dict(cluster.put_stacked(tree.get('algo', {})))
   run.tl.load_state_dict(meta['timeline'])
   fields = {k: meta[k] for k in ('epoch', 'step', 'train_time', 'measured_time')}
+  fields['restart_compile_s'] = meta.get('restart_compile_s', 0.0)  # (older checkpoints: none)
   say(f'resuming from the checkpoint at step {step} (epoch {meta["epoch"]}) in {where}')
   return state, Position(**fields, losses=list(tree.get('losses', []))), meta['records']
 
@@ -514,7 +532,9 @@ def _train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset):
   ckpt = checkpoints.Checkpointer(workdir, cluster.rank, cluster.processes, cluster.barrier, c.keep)
   guard = checkpoints.PreemptionGuard(c.preempt_deadline_s)
   run = Run(config, plan, cluster, algo, tl, ckpt, None, guard)
-  state, pos, records = resume(run) or (state, Position(), [])
+  resumed = resume(run)
+  state, pos, records = resumed or (state, Position(), [])
+  restarted = pos if resumed is not None else None  # Stopwatches leave compilation out.
   run = run._replace(out=Recorder(workdir, config, plan, cluster, dataset, records, auto))
   measured_from = 2 if epochs >= 2 else 1  # Epoch 1 compiles every function.
   last = {'poll': pos.step, 'save': time.perf_counter()}
@@ -536,7 +556,7 @@ def _train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset):
       state = jax.block_until_ready(algo.drain(state))
     pos.add_time(watch.lap(), pos.epoch >= measured_from)
     save_checkpoint(run, state, pos)
-    watch.lap()
+    watch.reset()
     last['save'] = time.perf_counter()
     if preempt:
       raise checkpoints.Preempted(f'preempted at step {pos.step}: checkpoint written')
@@ -550,7 +570,7 @@ def _train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset):
           batches=cluster.put({i: batch_table(config, plan, epoch, i, width) for i in here}),
           first_step=cluster.put({i: np.int32(first[i]) for i in here}),
         )
-        watch = Stopwatch()
+        watch = Stopwatch(restarted)
         try:
           with jax.transfer_guard('disallow'):
             for t in range(pos.step, epoch * spe):
@@ -584,7 +604,7 @@ def _train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset):
         pos.epoch, pos.losses = epoch + 1, []
         save, preempt = checkpoint_due(run, pos.step, True, last, force=True)  # Ranks meet here.
         if save or (c.every_epochs and (epoch % c.every_epochs == 0 or epoch == epochs)):
-          checkpoint(Stopwatch(), preempt)  # A fresh watch: the evaluation is not training.
+          checkpoint(Stopwatch(restarted), preempt)  # A fresh watch: evaluation is not training.
 
     state = final_average(run, state, pos, stop)
     test_loss, test_acc = evaluate(cluster, algo, state, tests, len(dataset.x_test))
@@ -593,6 +613,8 @@ def _train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset):
     summary = run.algo.summary()
     if summary is not None:
       run.out.results['snapshot_allreduce'] = summary
+    if resumed is not None:  # Reported apart: none of it is in train_time_s.
+      run.out.results['restart_compile_s'] = pos.restart_compile_s
   finally:
     run.out.close()
     cluster.close()
