@@ -7,8 +7,8 @@ One launch (`tests/mpi_ranks.py`, JAX started once, 4 XLA CPU devices per rank) 
   vmapped together) and 2 x 4 (two devices per rank, two workers each), with worker speeds that
   make the batches, the weights and the ranks' totals unequal (proportional sampling;
   AsynLocal-SGD's local step counts instead), and a learning rate that changes every step;
-- CoCoD-SGD's overlap options (a delay, the eager update, the anchor) at 2 x 1 and 2 x 2, the same
-  way;
+- CoCoD-SGD's overlap options (a delay, the eager update, the anchor) at 2 x 1, 2 x 2 and 2 x 4,
+  the same way;
 - CoCoD-SGD at 2 x 4 on four devices per rank (one worker each): the run on two, to float32
   rounding (XLA:CPU compiles a vmapped step of 1, 2 or 4 workers per device apart, and the
   one-host cluster's numbers move in the last bit between such placements too);
@@ -52,7 +52,7 @@ EPOCHS, BATCH = 3, 5
 # Period 2 (AsynLocal-SGD's k_i = 2 C_i makes its shards 10 C_i like everyone's); CoCoD-SGD's 3
 # puts a round across every epoch end (2 steps an epoch), which the resume case needs.
 PERIODS = {'cocod_sgd': 3}
-# CoCoD-SGD's overlap options at 2 x 1 and 2 x 2: (config fields, the reference's arguments).
+# CoCoD-SGD's overlap options at 2 x 1, 2 x 2 and 2 x 4: (config fields, the reference's arguments).
 # Rounds of 3 with a rate that changes every step (the anchor divides by the round's last).
 OPTIONS = {
   'delay': ({'delay': 2}, {'delay': 2}),
@@ -61,7 +61,7 @@ OPTIONS = {
   'anchor': ({'correction': 'anchor', 'anchor_pull': 0.6, 'anchor_momentum': 0.7},
              {'correction': 'anchor', 'anchor': (0.6, 0.7)}),
 }  # fmt: skip
-OPTION_WIDTHS = (1, 2)
+OPTION_WIDTHS = (1, 2, 4)  # 2 x 4: two devices per rank, two workers each
 # CoCoD-SGD with a compressed snapshot allreduce (comm.dtype, error feedback, workers per rank).
 COMPRESSED = {'int8_ef_2x2': ('int8', True, 2), 'bf16_2x4': ('bfloat16', False, 4)}
 
