@@ -522,11 +522,14 @@ def test_provenance_lists_the_runs_commits(flags_parsed, tmp_path):
     d = tmp_path / 'points' / f'p{i}'
     d.mkdir(parents=True)
     (d / 'point.json').write_text(json.dumps({'commit': commit, 'dirty': dirty}))
-    points.append(common.Point({'seed': str(i)}, 'DONE', str(d), 'h', {}))
+    points.append(common.Point({'seed': str(i)}, 'DONE', str(d), 'h', {'status': 'completed'}))
+  pending = tmp_path / 'points' / 'p3'
+  pending.mkdir()
+  points.append(common.Point({'seed': '3'}, 'PENDING', str(pending), 'h', None))  # Not counted.
   data = common.provenance(points, 'one_host')
   assert data['run_commits'] == [{'commit': 'a' * 40, 'dirty': False, 'runs': 2},
                                  {'commit': 'b' * 40, 'dirty': True, 'runs': 1}]  # fmt: skip
-  assert [p['dir'] for p in data['points']] == ['points/p0', 'points/p1', 'points/p2']
+  assert [p['dir'] for p in data['points']] == ['points/p0', 'points/p1', 'points/p2', 'points/p3']
   line = common.provenance_line(dict(data, commit='c' * 40, dirty=False))
   assert line == ('Rendered at cccccccccccc; the runs were made at aaaaaaaaaaaa: 2 run(s); '
                   'bbbbbbbbbbbb (dirty): 1 run(s) (the runs mix commits).')  # fmt: skip

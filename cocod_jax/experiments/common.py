@@ -154,10 +154,13 @@ EXPERIMENT_FLAGS = ('seeds', 'task', 'link_rate', 'timing_links', 'timing_tasks'
 
 
 def run_commits(points: list[Point]) -> list[dict]:
-  """The commits the points' runs were made at, from each point's own point.json (what the runner
-  recorded when it started the run): [{'commit', 'dirty', 'runs'}], most runs first."""
+  """The commits the points' finished runs were made at, from each point's own point.json (what
+  the runner recorded when it started the run): [{'commit', 'dirty', 'runs'}], most runs first.
+  Points without results (not run, or still running) are not counted."""
   counts = {}
   for p in points:
+    if not p.results:
+      continue
     info = sweep_state.read_json(os.path.join(p.directory, 'point.json')) or {}
     key = (info.get('commit') or 'unknown', info.get('dirty'))
     counts[key] = counts.get(key, 0) + 1
