@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 DATASET ?= cifar10
 DATA_DIR ?=
 
-.PHONY: quickstart test lint bench paper-cpu venv data lock clean
+.PHONY: quickstart test lint bench paper-cpu overlap-cpu venv data lock clean
 
 venv: $(STAMP)
 
@@ -62,6 +62,12 @@ bench: $(STAMP)
 # registered flags (configs/scales.py CPU_ARTEFACT_FLAGS). A second run reruns nothing.
 paper-cpu: $(STAMP)
 	$(PY) -m cocod_jax.experiments.paper --scale=cpu --parallel=2 --workdir=runs/paper
+
+# CoCoD-SGD's overlap options against S-SGD, Local-SGD and CoCoD-SGD (issue 30; registered in
+# docs/paper-cpu/PREREGISTRATION.md, amendment 3): the pilot, then the full runs; writes
+# runs/overlap/overlap.{md,json,png}, the artefact docs/paper-cpu/overlap.* holds.
+overlap-cpu: $(STAMP)
+	$(PY) -m cocod_jax.experiments.overlap --scale=cpu --parallel=2 --workdir=runs/overlap
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests
