@@ -236,9 +236,8 @@ class Timeline:
 
   def summary(self, from_epoch: int, steps: int, train_time_s: float) -> dict:
     """Figures over the spans of epochs >= `from_epoch` (`steps` steps, `train_time_s` seconds)."""
-    chosen = [
-      s for s in self.spans if s[5].get('epoch', 0) >= from_epoch and not s[5].get('compiled')
-    ]
+    in_epochs = [s for s in self.spans if s[5].get('epoch', 0) >= from_epoch]
+    chosen = [s for s in in_epochs if not s[5].get('compiled')]
     sampled = [s for s in chosen if s[5].get('sampled', True)]
 
     def total(spans, cat, **match):
@@ -250,7 +249,10 @@ class Timeline:
         )
       )
 
-    comm = [e - b for _, c, b, e, _, _ in chosen if c == 'allreduce']
+    # Every collective in order (the ranks' i-th spans are one collective: `combine`), and the
+    # positions of those that overlapped a compilation, left out of the means.
+    every = [(e - b, bool(a.get('compiled'))) for _, c, b, e, _, a in in_epochs if c == 'allreduce']
+    comm = [d for d, compiled in every if not compiled]
     local = [e - b for _, c, b, e, _, _ in chosen if c == 'local']
     rounds = [e - b for _, c, b, e, _, a in sampled if c == 'round' and a.get('full', False)]
     timed_steps = sum(n for epoch, n in self.sampled_steps.items() if epoch >= from_epoch)
@@ -276,29 +278,34 @@ class Timeline:
       'exposed_comm_s': exposed,
       'drain_s': total(chosen, 'wait', drain=True),
       'hidden_fraction': max(0.0, 1.0 - exposed / comm_s) if comm_s > 0 else None,
-      'collectives': len(comm),
+      'collectives': len(every),
       'local_means': len(local),
-      'allreduce_s': comm,  # Each collective's span, in order (`combine` takes it out).
+      'allreduce_s': [d for d, _ in every],  # Each collective's span, in order (`combine` takes
+      'allreduce_compiled': [i for i, (_, c) in enumerate(every) if c],  # these two out).
     }
 
 
-def collective_time(spans_per_rank) -> float | None:
+def collective_time(spans_per_rank, skip=()) -> float | None:
   """The mean time of the collectives themselves: for each collective (the i-th span of every
   rank: collectives run in one order everywhere), the shortest span over the ranks. A rank that
   arrives early waits inside the collective for the last one, whose span holds no wait; the
-  spans end together, so this needs no clock shared between hosts. None without collectives."""
+  spans end together, so this needs no clock shared between hosts. `skip`: positions left out
+  (a compilation overlapped them on some rank). None without collectives."""
   counts = {len(s) for s in spans_per_rank}
   if not spans_per_rank or counts == {0}:
     return None
   if len(counts) != 1:
     raise ValueError(f'the ranks timed different numbers of collectives: {sorted(counts)}')
-  return float(np.mean(np.min(np.asarray(spans_per_rank, np.float64), axis=0)))
+  shortest = np.min(np.asarray(spans_per_rank, np.float64), axis=0)
+  kept = [t for i, t in enumerate(shortest) if i not in set(skip)]
+  return float(np.mean(kept)) if kept else None
 
 
 def combine(per_rank):
   """The ranks' timing figures: means, `Tc` without the waits for later ranks
   (`collective_time`), and the hidden fraction of all their communication."""
   spans = [p.pop('allreduce_s', None) for p in per_rank]
+  skip = set().union(*(p.pop('allreduce_compiled', []) for p in per_rank))
   out = {'ranks': per_rank}
   keys = ('Tp_s', 'Tc_s', 'Tl_s', 'step_time_s', 'round_time_s', 'exposed_comm_s', 'drain_s',
           'comm_s', 'local_s')  # fmt: skip
@@ -307,7 +314,7 @@ def combine(per_rank):
     out[k] = float(np.mean(vals)) if vals else None
   out['Tc_with_wait_s'] = out['Tc_s']
   if all(s is not None for s in spans):
-    tc = collective_time(spans)
+    tc = collective_time(spans, skip)
     out['Tc_s'] = out['Tc_s'] if tc is None else tc
   out['r'] = out['Tc_s'] / out['Tp_s'] if out['Tp_s'] else None
   comm_s = sum(p['comm_s'] for p in per_rank)

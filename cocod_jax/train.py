@@ -306,11 +306,20 @@ class Position:
   # Seconds a resumed run spent compiling its functions again, left out of the two above: the
   # run is timed as if it had not stopped (its first process compiled them in epoch 1).
   restart_compile_s: float = 0.0
+  # Steps in measured_time (None: a checkpoint from before it was kept, whose steps are taken
+  # to be every step of the epochs after the first). A resumed process leaves out the epoch it
+  # resumed in (its first calls also warm up what JAX's compilation events do not cover).
+  measured_steps: int | None = 0
+  timed_from: int = 0  # The step the current lap started at.
   losses: list = dataclasses.field(default_factory=list)  # This epoch's, so far.
 
   def add_time(self, seconds: float, measured: bool):
     self.train_time += seconds
-    self.measured_time += seconds if measured else 0.0
+    if measured:
+      self.measured_time += seconds
+      if self.measured_steps is not None:
+        self.measured_steps += self.step - self.timed_from
+    self.timed_from = self.step
 
 
 class Run(NamedTuple):
@@ -429,6 +438,8 @@ def resume(run: Run):
   run.tl.load_state_dict(meta['timeline'])
   fields = {k: meta[k] for k in ('epoch', 'step', 'train_time', 'measured_time')}
   fields['restart_compile_s'] = meta.get('restart_compile_s', 0.0)  # (older checkpoints: none)
+  fields['measured_steps'] = meta.get('measured_steps')
+  fields['timed_from'] = meta['step']
   say(f'resuming from the checkpoint at step {step} (epoch {meta["epoch"]}) in {where}')
   return state, Position(**fields, losses=list(tree.get('losses', []))), meta['records']
 
@@ -483,7 +494,9 @@ def write_timing(run: Run, workdir: str, pos: Position, measured_from: int):
     return None
   os.makedirs(workdir, exist_ok=True)
   run.tl.write_chrome_trace(os.path.join(workdir, f'timeline_rank{run.cluster.rank}.json'))
-  measured_steps = run.plan.steps_per_epoch * (run.config.num_epochs - measured_from + 1)
+  measured_steps = pos.measured_steps
+  if measured_steps is None:  # (resumed from a checkpoint that did not count them)
+    measured_steps = run.plan.steps_per_epoch * (run.config.num_epochs - measured_from + 1)
   return run.cluster.gather(run.tl.summary(measured_from, measured_steps, pos.measured_time))
 
 
@@ -535,6 +548,11 @@ def _train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset):
   resumed = resume(run)
   state, pos, records = resumed or (state, Position(), [])
   restarted = pos if resumed is not None else None  # Stopwatches leave compilation out.
+  restart_epoch = pos.epoch if resumed is not None else None  # Timed apart, as epoch 1 is.
+
+  def measured(epoch: int) -> bool:
+    return epoch >= measured_from and epoch != restart_epoch
+
   run = run._replace(out=Recorder(workdir, config, plan, cluster, dataset, records, auto))
   measured_from = 2 if epochs >= 2 else 1  # Epoch 1 compiles every function.
   last = {'poll': pos.step, 'save': time.perf_counter()}
@@ -554,7 +572,7 @@ def _train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset):
     nonlocal state
     with jax.transfer_guard('allow'), tl.drain():
       state = jax.block_until_ready(algo.drain(state))
-    pos.add_time(watch.lap(), pos.epoch >= measured_from)
+    pos.add_time(watch.lap(), measured(pos.epoch))
     save_checkpoint(run, state, pos)
     watch.reset()
     last['save'] = time.perf_counter()
@@ -587,7 +605,7 @@ def _train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset):
               state = jax.block_until_ready(algo.drain(state))
         except background.Diverged as e:
           stop(e.workers, e.step, e.label)
-        pos.add_time(watch.lap(), epoch >= measured_from)
+        pos.add_time(watch.lap(), measured(epoch))
         train_loss, bad = cluster.mean_loss(pos.losses)
         if not np.isfinite(train_loss):  # Every rank sees the same sum.
           everyone = sorted(set(sum(cluster.gather(bad) or [], [])))

@@ -247,7 +247,8 @@ def test_fallback_from_a_truncated_checkpoint_prints_no_traceback(tmp_path):
     p = main_test._main(wd, *args)
     assert p.returncode == 0, p.stderr[-3000:]
     lines = (p.stdout + p.stderr).splitlines()
-    assert len(lines) == 4 and lines[0].startswith('skipping the unreadable checkpoint at step 45')
+    assert len(lines) == 4, '\n'.join(lines)  # (all of them: a failure says what leaked)
+    assert lines[0].startswith('skipping the unreadable checkpoint at step 45')
     assert lines[1].startswith('resuming from the checkpoint at step 30 (epoch 3)'), lines
 
 
