@@ -203,16 +203,13 @@ def describe(figures: dict, workdir: str) -> str:
     else f'as measured before, from {os.path.join(workdir, FILE)}'
   )
   capped = ' (capped)' if figures['k'] == figures['cap'] and math.ceil(r) > figures['cap'] else ''
-  what = [f'k = {figures["k"]}{capped} (k Tp >= Tc, at most {figures["cap"]})']
+  chosen = {}  # field -> what was chosen for it
+  if figures.get('period') != 'fixed':
+    chosen['period'] = f'k = {figures["k"]}{capped} (k Tp >= Tc, at most {figures["cap"]})'
   if 'delay' in figures:
-    what.append(f'tau = {figures["delay"]} (tau Tp >= Tc, at most k)')
-  if figures.get('period') == 'fixed':
-    what = what[1:]
-  fields = ' and '.join(
-    f'algorithm.{f}=auto' for f in ('period', 'delay') if figures.get(f) != 'fixed' and (
-      f == 'period' or 'delay' in figures)
-  )  # fmt: skip
+    chosen['delay'] = f'tau = {figures["delay"]} (tau Tp >= Tc, at most k)'
+  fields = ' and '.join(f'algorithm.{f}=auto' for f in chosen)
   return (
     f'{fields}: Tp {figures["Tp_s"] * 1e3:.2f} ms, Tc {figures["Tc_s"] * 1e3:.2f} '
-    f'ms (r = {r:.2f}; {how}) -> ' + ', '.join(what)
+    f'ms (r = {r:.2f}; {how}) -> ' + ', '.join(chosen.values())
   )

@@ -496,7 +496,7 @@ def test_overlap_choice_target_and_rendering(flags_parsed, tmp_path):
   assert gap['seeds'] == [0, 1, 2, 3, 4] and gap['gap'] == pytest.approx(0.1) and gap['meets']
   assert not overlap.versus_local(full, 'c100_r18', 'cocod')['meets']
   assert overlap.versus_local(full, 'c100_v16', 'cocod') is None
-  data = overlap.assemble(pilot, full, chosen)
+  data = overlap.assemble(pilot, rows, full, chosen)
   assert data['not_run'] == ['eager_4_g1 c100_r18 seed 4']
   text = overlap.render(data)
   assert '| delay_2 | -0.20 [-0.20, -0.20] equivalent | -0.20 [' in text

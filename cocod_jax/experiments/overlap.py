@@ -175,8 +175,9 @@ def _finals(points, tasks) -> dict:
           for t in tasks}  # fmt: skip
 
 
-def assemble(pilot_points, full_points, chosen: dict) -> dict:
-  """The artefact's data from the two stages' points (`corrections.as_rows` applied)."""
+def assemble(pilot_points, pilot_rows: dict, full_points, chosen: dict) -> dict:
+  """The artefact's data from the two stages' points (`corrections.as_rows` applied), the
+  pilot's rows (`stage_rows`, as the choice read them) and the choice."""
   full_variants = config.stage_variants('full', [v for v in chosen.values() if v])
   vs_local = {
     t: {v: versus_local(full_points, t, v) for v in full_variants if v not in ('ssgd', 'local_sgd')}
@@ -195,7 +196,7 @@ def assemble(pilot_points, full_points, chosen: dict) -> dict:
   )
   return {
     'pilot': {
-      'rows': stage_rows(pilot_points, config.HARD, config.stage_variants('pilot', [])),
+      'rows': pilot_rows,
       'ssgd': _finals(pilot_points, config.HARD),
       'seeds': list(config.PILOT_SEEDS),
     },
@@ -220,12 +221,13 @@ def make() -> int:
   if pilot_points is None:  # A dry run or a Slurm submission: the runner said what it would do.
     return 0
   pilot_points = corrections.as_rows(pilot_points)
-  chosen = choose(stage_rows(pilot_points, config.HARD, config.stage_variants('pilot', [])))
+  pilot_rows = stage_rows(pilot_points, config.HARD, config.stage_variants('pilot', []))
+  chosen = choose(pilot_rows)
   picked = ';'.join(v for v in chosen.values() if v)
   full_points = common.run(config, f'stage=full,scale={FLAGS.scale},chosen={picked}')
   if full_points is None:
     return 0
-  data = assemble(pilot_points, corrections.as_rows(full_points), chosen)
+  data = assemble(pilot_points, pilot_rows, corrections.as_rows(full_points), chosen)
   text = render(data)
   print(text)
   plot(data)
