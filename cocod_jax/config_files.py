@@ -116,6 +116,11 @@ def as_json(value):
   return json.loads(json.dumps(value))
 
 
+# Fields added after runs were made whose default changes nothing those runs computed: left out
+# of every hash at their default, so the points made before them keep their names.
+LATER_FIELDS = {'eval_train_examples': 0}
+
+
 def config_hash(config: dict, leave_out=(), extra: dict | None = None, digits: int = 8) -> str:
   """Hex digits of the SHA-256 of a resolved config as JSON, without the fields `leave_out`.
 
@@ -130,6 +135,9 @@ def config_hash(config: dict, leave_out=(), extra: dict | None = None, digits: i
     The hash.
   """
   kept = as_json(config)
+  for field, default in LATER_FIELDS.items():
+    if kept.get(field, default) == default:
+      kept.pop(field, None)
   for path in leave_out:
     *parents, leaf = path.split('.')
     node = kept

@@ -87,6 +87,7 @@ def _run_fields(config, v: _Checks) -> None:
   v.number('checkpoint.preempt_deadline_s', k.preempt_deadline_s, 0)
   v.integer('num_workers', config.num_workers, 1)
   v.integer('num_epochs', config.num_epochs, 1)
+  v.integer('eval_train_examples', config.eval_train_examples, 0)
   v.integer('seed', config.seed, 0)
 
 

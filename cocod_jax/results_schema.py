@@ -33,8 +33,10 @@ results.json:
   restart_compile_s  runs resumed from a checkpoint: the seconds their later processes spent
                     compiling again, left out of every train_time_s (optional)
 
-An epoch record: epoch (int, from 0), train_loss, test_loss, test_accuracy (0..1) and
-train_time_s (seconds of training so far, evaluation excluded).
+An epoch record: epoch (int, from 0), train_loss (the mean of the workers' own step losses),
+test_loss, test_accuracy (0..1, the evaluated model's) and train_time_s (seconds of training so
+far, evaluation excluded); with config.eval_train_examples > 0 also avg_train_loss and
+avg_train_accuracy (the evaluated model on the first that many training examples).
 
 `train_examples` and `test_examples` came in after the first results were written; files
 without them load, and the tables then judge accuracy gaps on the spread over seeds alone.

@@ -157,13 +157,13 @@ def batch_table(config, plan: Plan, epoch: int, worker: int, width: int) -> np.n
   return out
 
 
-def test_batches(dataset, device):
-  """The test set on `device` once, in padded batches of EVAL_BATCH, with their masks."""
-  count = len(dataset.x_test)
+def eval_batches(x, y, device):
+  """Examples `x`, `y` on `device` once, in padded batches of EVAL_BATCH, with their masks."""
+  count = len(x)
   size = min(EVAL_BATCH, count)
   out = []
   for b in range(0, count, size):
-    xb, yb = dataset.x_test[b : b + size], dataset.y_test[b : b + size]
+    xb, yb = x[b : b + size], y[b : b + size]
     pad = size - len(xb)
     mask = (np.arange(size) < len(xb)).astype(np.float32)
     xb = np.concatenate([xb, np.zeros((pad,) + xb.shape[1:], xb.dtype)])
@@ -172,17 +172,32 @@ def test_batches(dataset, device):
   return out
 
 
-def evaluate(cluster, algo, state, batches, count):
-  """Test loss and accuracy of the evaluated model xhat, `algo.evaluated` of the weighted average
-  (every worker takes part in the average; the chief evaluates; not training time)."""
+def eval_sets(config, dataset, device) -> dict:
+  """{record prefix: (batches, count)}: the test set, and the first `eval_train_examples`
+  training examples where that is > 0."""
+  sets = {'test': (eval_batches(dataset.x_test, dataset.y_test, device), len(dataset.x_test))}
+  n = min(config.eval_train_examples, len(dataset.x_train))
+  if n:
+    sets['avg_train'] = (eval_batches(dataset.x_train[:n], dataset.y_train[:n], device), n)
+  return sets
+
+
+def evaluate(cluster, algo, state, sets: dict) -> dict:
+  """Loss and accuracy of the evaluated model xhat, `algo.evaluated` of the weighted average, on
+  each of `sets` (`eval_sets`): {'test_loss': ..., 'test_accuracy': ..., ...}, None values off
+  the chief (every worker takes part in the average; the chief evaluates; not training time)."""
   mean = cluster.weighted_mean(steps_lib.model_part(state), 'the evaluation average')
   xhat = cluster.first(algo.evaluated(mean))
-  if not cluster.is_chief:
-    return None, None
-  variables = xhat if jax.tree.leaves(xhat['batch_stats']) else {'params': xhat['params']}
-  sums = [cluster.eval_step(variables, *batch) for batch in batches]
-  loss, correct = np.sum(jax.device_get(sums), axis=0)
-  return float(loss) / count, float(correct) / count
+  out = {}
+  for name, (batches, count) in sets.items():
+    loss = correct = None
+    if cluster.is_chief:
+      variables = xhat if jax.tree.leaves(xhat['batch_stats']) else {'params': xhat['params']}
+      sums = [cluster.eval_step(variables, *batch) for batch in batches]
+      loss, correct = np.sum(jax.device_get(sums), axis=0)
+      loss, correct = float(loss) / count, float(correct) / count
+    out[f'{name}_loss'], out[f'{name}_accuracy'] = loss, correct
+  return out
 
 
 def first_bad_step(losses, first_step) -> int:
@@ -256,7 +271,8 @@ class Recorder:
     print(
       f'epoch {rec["epoch"]:3d}/{self.num_epochs}  train_loss {rec["train_loss"]:.4f}  '
       f'test_loss {rec["test_loss"]:.4f}  test_acc {rec["test_accuracy"]:.4f}  '
-      f'train_time {rec["train_time_s"]:.1f}s',
+      + (f'avg_train_loss {rec["avg_train_loss"]:.4f}  ' if 'avg_train_loss' in rec else '')
+      + f'train_time {rec["train_time_s"]:.1f}s',
       flush=True,
     )
 
@@ -541,7 +557,7 @@ def _train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset):
   cluster.preflight(config, state)
   ran, auto = resolve_period(config, workdir, plan, cluster, data, state)
   algo = algorithms.get(config.algorithm.name, algorithms.base.Context(cluster, ran, tl, spe))
-  tests = test_batches(dataset, cluster.device)
+  tests = eval_sets(config, dataset, cluster.device)
   ckpt = checkpoints.Checkpointer(workdir, cluster.rank, cluster.processes, cluster.barrier, c.keep)
   guard = checkpoints.PreemptionGuard(c.preempt_deadline_s)
   run = Run(config, plan, cluster, algo, tl, ckpt, None, guard)
@@ -610,23 +626,17 @@ def _train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset):
         if not np.isfinite(train_loss):  # Every rank sees the same sum.
           everyone = sorted(set(sum(cluster.gather(bad) or [], [])))
           stop(everyone or bad, first_bad_step(pos.losses, (epoch - 1) * spe), 'the training loss')
-        test_loss, test_acc = evaluate(cluster, algo, state, tests, len(dataset.x_test))
-        check_test_loss(run, test_loss, pos.step, stop)  # Also: all ranks resume together.
-        run.out.epoch(
-          epoch=epoch,
-          train_loss=train_loss,
-          test_loss=test_loss,
-          test_accuracy=test_acc,
-          train_time_s=pos.train_time,
-        )
+        evaluated = evaluate(cluster, algo, state, tests)
+        check_test_loss(run, evaluated['test_loss'], pos.step, stop)  # All ranks resume together.
+        run.out.epoch(epoch=epoch, train_loss=train_loss, **evaluated, train_time_s=pos.train_time)
         pos.epoch, pos.losses = epoch + 1, []
         save, preempt = checkpoint_due(run, pos.step, True, last, force=True)  # Ranks meet here.
         if save or (c.every_epochs and (epoch % c.every_epochs == 0 or epoch == epochs)):
           checkpoint(Stopwatch(restarted), preempt)  # A fresh watch: evaluation is not training.
 
     state = final_average(run, state, pos, stop)
-    test_loss, test_acc = evaluate(cluster, algo, state, tests, len(dataset.x_test))
-    check_test_loss(run, test_loss, pos.step, stop)
+    evaluated = evaluate(cluster, algo, state, tests)
+    check_test_loss(run, evaluated['test_loss'], pos.step, stop)
     timing = write_timing(run, workdir, pos, measured_from)
     summary = run.algo.summary()
     if summary is not None:
@@ -640,8 +650,7 @@ def _train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset):
   final = dict(
     epoch=epochs,
     train_loss=records[-1]['train_loss'] if records else None,
-    test_loss=test_loss,
-    test_accuracy=test_acc,
+    **evaluated,
     train_time_s=pos.train_time,
   )
   return run.out.completed(final, timing, cluster.first(steps_lib.model_part(state)))

@@ -83,6 +83,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.checkpoint.preempt_deadline_s = 90.0  # After a SIGTERM, exit at once if not done by then.
   c.num_epochs = 120
   c.seed = 0
+  # > 0: each epoch (and at the end) the evaluated model's loss and accuracy on the first n
+  # training examples too (avg_train_loss, avg_train_accuracy); train_loss is the workers' own.
+  c.eval_train_examples = 0
   return c
 
 

@@ -34,7 +34,7 @@ CALIBRATION_SEED_OFFSET = 1000  # A calibration run's seed: apart from every mea
 def get_config(arg=None):
   a = config_args.parse(arg, dict(algo='cocod_sgd', workers=2, scale='cpu', seed=0, role='measure'))
   config_args.choice('algo', a.algo, ALGOS)
-  config_args.choice('scale', a.scale, scales.SCALES)
+  config_args.choice('scale', a.scale, scales.SHORT_SCALES)
   config_args.choice('role', a.role, ROLES)
   if a.role == 'calibration':
     config_args.choice('algo (of a calibration run)', a.algo, ('ssgd',))
@@ -69,7 +69,7 @@ def workers_list(text: str) -> list[int]:
 
 def sweep(add, arg=None):
   a = config_args.parse(arg, dict(scale='cpu', workers='1-2', seed=0))
-  config_args.choice('scale', a.scale, scales.SCALES)
+  config_args.choice('scale', a.scale, scales.SHORT_SCALES)
   algos = ALGOS[::3] if a.scale == 'smoke' else ALGOS
   ns = workers_list(a.workers)
   for n in ns:

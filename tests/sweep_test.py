@@ -200,6 +200,15 @@ def test_an_invalid_point_refuses_the_sweep_and_creates_nothing(tmp_path):
   assert not workdir.exists()
 
 
+def test_a_later_field_at_its_default_keeps_the_hash():
+  # eval_train_examples came after runs were made: at 0 (its default) it is left out, so the
+  # points made before it keep their directories; any other value is a different point.
+  config = dict(seed=0, backend='one_host', algorithm=dict(name='ssgd'))
+  h = points_lib.config_hash(config)
+  assert points_lib.config_hash(dict(config, eval_train_examples=0)) == h
+  assert points_lib.config_hash(dict(config, eval_train_examples=512)) != h
+
+
 def test_slug_and_hash_are_stable_across_processes(tmp_path):
   code = (
     'import json, sys; from cocod_jax.sweep import points as points_lib; '

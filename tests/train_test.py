@@ -186,6 +186,23 @@ def test_results_file(tmp_path):
   assert any(f.startswith('events.out.tfevents') for f in os.listdir(tmp_path))
 
 
+def test_evaluated_model_on_training_examples(tmp_path):
+  # eval_train_examples = 20 of 30: each epoch and the end also evaluate the averaged model on the
+  # first 20 training examples; the final figures are the saved model's, computed here by hand.
+  path, x, y = _tiny_npz(tmp_path)
+  c = _config(path, 'cocod_sgd', workers=3, batch=10, epochs=3, period=2)
+  c.eval_train_examples = 20
+  res = train.train_and_evaluate(c, str(tmp_path / 'run'))
+  w, b = _read(tmp_path / 'run')
+  logits = x[:20].astype(np.float64) @ w + b
+  top = logits.max(axis=1, keepdims=True)
+  nll = np.log(np.exp(logits - top).sum(axis=1)) + top[:, 0] - logits[np.arange(20), y[:20]]
+  assert res['final']['avg_train_loss'] == pytest.approx(nll.mean(), rel=1e-5)
+  assert res['final']['avg_train_accuracy'] == np.mean(logits.argmax(axis=1) == y[:20])
+  assert all({'avg_train_loss', 'avg_train_accuracy'} <= set(e) for e in res['epochs'])
+  assert res['epochs'][-1]['avg_train_loss'] == res['final']['avg_train_loss']
+
+
 @pytest.mark.parametrize('algorithm', ALGOS)
 def test_step_functions_compile_once(tmp_path, monkeypatch, algorithm):
   # A counter in the Python body of each step function moves only while JAX traces it: 3 epochs
