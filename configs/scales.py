@@ -67,6 +67,11 @@ CPU_ARTEFACT_FLAGS = {
   },
   'fig6': {'link_rate': '50mbit/8kb/8000'},
   'fig4': {'link_rate': '1gbit'},
+  'overlap': {  # Amendment 5: the overlap options timed at r ~ 1 and r ~ 3.
+    'timing_tasks': ['c10_r18'],
+    'timing_links': ['50mbit/8kb/8000', '18mbit/8kb/8000'],
+    'timing_seeds': 2,
+  },
 }
 
 
