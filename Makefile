@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 DATASET ?= cifar10
 DATA_DIR ?=
 
-.PHONY: quickstart test lint bench paper-cpu overlap-cpu venv data lock clean
+.PHONY: quickstart test lint bench paper-cpu overlap-cpu long-cpu venv data lock clean
 
 venv: $(STAMP)
 
@@ -64,10 +64,17 @@ paper-cpu: $(STAMP)
 	$(PY) -m cocod_jax.experiments.paper --scale=cpu --parallel=2 --workdir=runs/paper
 
 # CoCoD-SGD's overlap options against S-SGD, Local-SGD and CoCoD-SGD (issue 30; registered in
-# docs/paper-cpu/PREREGISTRATION.md, amendment 3): the pilot, then the full runs; writes
+# docs/paper-cpu/PREREGISTRATION.md, amendments 3 and 5; root: the timing runs use the simulated
+# link): the pilot, the full runs, the timing runs, the mixed cluster; writes
 # runs/overlap/overlap.{md,json,png}, the artefact docs/paper-cpu/overlap.* holds.
 overlap-cpu: $(STAMP)
 	$(PY) -m cocod_jax.experiments.overlap --scale=cpu --parallel=2 --workdir=runs/overlap
+
+# Claim 1 on the paper's 120-epoch schedule and the drift control (issue 31; registered in
+# docs/paper-cpu/PREREGISTRATION.md, amendment 4); writes runs/long/long_schedule.{md,json,png},
+# the artefact docs/paper-cpu/long_schedule.* holds.
+long-cpu: $(STAMP)
+	$(PY) -m cocod_jax.experiments.long_schedule --scale=cpu --parallel=2 --workdir=runs/long
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests

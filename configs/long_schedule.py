@@ -25,7 +25,6 @@ stage's, in its order) and `scale`.
 from cocod_jax import config_args
 from cocod_jax import errors
 from configs import common
-from configs import scales
 from configs import table1
 
 EVAL_TRAIN_EXAMPLES = 10_000

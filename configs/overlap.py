@@ -24,10 +24,11 @@ own option changed:
 variant instead, with `timing` as there (emulated speeds over MPI).
 
 `sweep` takes `stage`: `mixed` (the four columns, seeds 0-2, the `MIXED` variants),
-`mixed_timing` (`task`, `seeds` as `timing`), `timing` (`task`, default c10_r18; `seeds`, default 2: the variants of
-`TIMED` over MPI on the experiment's link), `pilot` (the two hard columns, seeds 100-102, S-SGD, CoCoD-SGD and every
-setting) or `full` (the four columns, hard first, seeds 0-4, S-SGD, Local-SGD, CoCoD-SGD and the
-settings named by `chosen`, `;`-separated: the pilot's best of each option), and `scale`.
+`mixed_timing` (`task`, `seeds` as `timing`), `timing` (`task`, default c10_r18; `seeds`,
+default 2: the variants of `TIMED` over MPI on the experiment's link), `pilot` (the two hard
+columns, seeds 100-102, S-SGD, CoCoD-SGD and every setting) or `full` (the four columns, hard
+first, seeds 0-4, S-SGD, Local-SGD, CoCoD-SGD and the settings named by `chosen`,
+`;`-separated: the pilot's best of each option), and `scale`.
 """
 
 from cocod_jax import config_args

@@ -71,6 +71,7 @@ CPU_ARTEFACT_FLAGS = {
     'timing_tasks': ['c10_r18'],
     'timing_links': ['50mbit/8kb/8000', '18mbit/8kb/8000'],
     'timing_seeds': 2,
+    'link_rate': '50mbit/8kb/8000',  # The mixed cluster's timing: Figure 6's link.
   },
 }
 

@@ -15,6 +15,7 @@ from cocod_jax.experiments import accuracy
 from cocod_jax.experiments import common
 from cocod_jax.experiments import corrections
 from cocod_jax.experiments import correctness
+from cocod_jax.experiments import long_schedule
 from cocod_jax.experiments import overlap
 from configs import overlap as overlap_config
 from configs import scales
@@ -428,6 +429,11 @@ def test_committed_timing_artefacts_were_made_with_the_registered_flags(name):
   with open(os.path.join(ROOT, 'docs', 'paper-cpu', f'{name}.json')) as f:
     data = json.load(f)
   registered = scales.artefact_flags(name, 'cpu')
+  if name == 'overlap':  # Its timing runs by link and column; the mixed cluster's on link_rate.
+    assert list(data['timing']) == registered['timing_links']
+    assert all(list(tasks) == registered['timing_tasks'] for tasks in data['timing'].values())
+    assert data['mixed']['link'] == registered['link_rate']
+    return
   links = data.get('links') or [data['link']]
   assert links == registered.get('timing_links', [registered.get('link_rate')])
   if 'timing_tasks' in registered:
@@ -535,3 +541,126 @@ def test_provenance_lists_the_runs_commits(flags_parsed, tmp_path):
                   'bbbbbbbbbbbb (dirty): 1 run(s) (the runs mix commits).')  # fmt: skip
   same = dict(data, commit='a' * 40, dirty=False, run_commits=data['run_commits'][:1])
   assert common.provenance_line(same) == 'Runs and render at commit aaaaaaaaaaaa.'
+
+
+def _timed_point(variant, seed, epoch_s, reach_epoch, hidden, r=0.9, tau=None, final=96.0):
+  # A timing run of 6 epochs: accuracy 90% until `reach_epoch`, 96% from it (never: None).
+  epochs = [{'epoch': e, 'train_loss': 1.0, 'test_loss': 1.0, 'train_time_s': e * epoch_s,
+             'test_accuracy': 0.96 if reach_epoch and e >= reach_epoch else 0.90}
+            for e in range(1, 7)]  # fmt: skip
+  results = {'status': 'completed', 'epochs': epochs, 'final': {'test_accuracy': final / 100},
+             'config': {'algorithm': {'warmup_period_epochs': 0, 'period': 5}},
+             'timing': {'r': r, 'Tp_s': 0.01, 'Tc_s': 0.01 * r,
+                        'hidden_fraction': hidden}}  # fmt: skip
+  if tau:
+    results['period_auto'] = {'delay': tau}
+  arg = {'variant': variant, 'algo': variant, 'task': 'c10_r18', 'seed': str(seed),
+         'timing': 'true'}  # fmt: skip
+  return common.Point(arg, 'DONE', f'points/{variant}.t.s{seed}', 'h', results)
+
+
+def test_overlap_timing_frontier_and_target(flags_parsed, tmp_path):
+  # S-SGD: 1 s an epoch, at the target (95.5%) from epoch 4. Local-SGD 0.5 s (2.00x to target),
+  # delay_1 0.55 s (1.82x, 95% hidden), CoCoD-SGD 0.5 s but a seed later (epoch 5: 1.60x),
+  # eager 0.4 s never at the target (hollow: epoch speedup 2.50x), delay_auto tau 2 (no full runs).
+  common.FLAGS(['test', f'--workdir={tmp_path}', '--scale=cpu'])
+  spec = {'ssgd': (1.0, 4, 0.0), 'local_sgd': (0.5, 4, 0.0), 'delay_1': (0.55, 4, 0.95),
+          'cocod': (0.5, 5, 0.9), 'eager_2_g0': (0.4, None, 0.96),
+          'delay_auto': (0.6, 4, 0.97)}  # fmt: skip
+  points = [_timed_point(v, s, e, reach, hidden, tau=2 if v == 'delay_auto' else None,
+                         final=96.0 - (0.3 if v == 'delay_auto' else 0.0))
+            for v, (e, reach, hidden) in spec.items() for s in (0, 1)]  # fmt: skip
+  acc = {'local_sgd': -0.2, 'delay_1': -0.1, 'cocod': -1.0, 'eager_2_g0': -1.5}
+  full = {
+    'ssgd': {'c10_r18': [96.0, 96.0]},
+    'rows': {
+      'c10_r18': {
+        v: {'difference': d, 'lo': d - 0.2, 'hi': d + 0.2, 'verdict': 'x', 'pairs': [0, 1, 2, 3, 4]}
+        for v, d in acc.items()
+      }
+    },  # fmt: skip
+    'vs_local': {
+      t: {'delay_1': {'meets': True}, 'cocod': {'meets': False}, 'eager_2_g0': {'meets': False}}
+      for t in overlap_config.TASKS
+    },  # fmt: skip
+  }
+  part = overlap.assemble_timing({'50mbit/8kb/8000': {'c10_r18': points}}, full)['50mbit/8kb/8000'][
+    'c10_r18'
+  ]
+  rows = {r['variant']: r for r in part['rows']}
+  assert part['target'] == pytest.approx(95.5)
+  assert rows['local_sgd']['speedup'] == pytest.approx(2.0)
+  assert rows['delay_1']['speedup'] == pytest.approx(4 / 2.2)
+  assert rows['cocod']['speedup'] == pytest.approx(1.6)
+  assert rows['eager_2_g0']['speedup'] is None and rows['eager_2_g0']['reached'] == 0
+  assert overlap.frontier_x(rows['eager_2_g0']) == (pytest.approx(2.5), False)
+  assert rows['delay_auto']['tau'] == [2]
+  assert rows['delay_auto']['accuracy']['difference'] == pytest.approx(-0.3)
+  assert rows['delay_auto']['accuracy']['lo'] is None  # Timing runs only: no interval.
+  # The front: eager (2.50x hollow, -1.5), Local-SGD (2.00x, -0.2), delay_1 (1.82x, -0.1) and
+  # S-SGD (1x, 0); CoCoD-SGD (1.6x, -1.0) is beaten by Local-SGD; delay_auto has no interval.
+  assert sorted(part['pareto']) == ['delay_1', 'eager_2_g0', 'local_sgd', 'ssgd']
+  check = part['check']
+  assert check['speedup'] == 1.6 and check['hidden'] == 0.9  # S-SGD's r 0.9: r ~ 1.
+  assert check['met_by'] == ['delay_1']
+  data = {'timing': {'50mbit/8kb/8000': {'c10_r18': part}}}
+  text = '\n'.join(overlap._render_timing('50mbit/8kb/8000', 'c10_r18', part))
+  assert '| delay_1 | - | -0.10 [-0.30, +0.10] | 0.550 | 1.82x | 2.2 | 1.82x | 95% | 0.90 |' in text
+  assert '| delay_auto | 2 | -0.30 |' in text and '0 of 2 reached' in text
+  assert 'delay_1: meets' in text and 'cocod: no (accuracy target not met)' in text
+  overlap.plot_frontier(data)
+  assert (tmp_path / 'overlap_frontier.png').stat().st_size > 10_000
+
+
+def _long_point(stage, variant, task, seed, final, best=None, epochs=4):
+  # Accuracy `best` at epoch 2 (default: final), `final` from epoch 3; loss 1 / epoch.
+  best = final if best is None else best
+  acc = [final - 2.0, best, final, final][:epochs]
+  recs = [{'epoch': e + 1, 'train_loss': 1.0, 'test_loss': 1.0, 'test_accuracy': a / 100,
+           'avg_train_loss': 1.0 / (e + 1), 'train_time_s': float(e)}
+          for e, a in enumerate(acc)]  # fmt: skip
+  results = {'status': 'completed', 'epochs': recs, 'final': {'test_accuracy': final / 100}}
+  arg = {'stage': stage, 'variant': variant, 'algo': variant, 'task': task, 'seed': str(seed)}
+  return common.Point(arg, 'DONE', f'points/{stage}.{variant}.{task}.s{seed}', 'h', results)
+
+
+def test_long_schedule_verdicts_readings_and_curves(flags_parsed, tmp_path):
+  # The long stage on the hard CNN column: S-SGD 80 + s; Local-SGD 0.1 below at the end (and at
+  # its best); CoCoD-SGD 1.0 below at the end but its best (epoch 2) 0.1 above S-SGD's best.
+  # The drift control: Local-SGD k=10 1.2 below S-SGD (below CoCoD-SGD's -1.0: reading (a)
+  # below 0), k=2 0.5 below (above CoCoD-SGD: (b) above 0), the long warm-up as CoCoD-SGD.
+  common.FLAGS(['test', f'--workdir={tmp_path}', '--scale=cpu'])
+  points = []
+  noise = [0.0, 0.05, -0.05, 0.1, -0.1]
+  for s in range(5):
+    base = 80.0 + s
+    points.append(_long_point('long', 'ssgd', 'c100_r18', s, base, base + 0.5))
+    points.append(_long_point('long', 'local_sgd', 'c100_r18', s, base - 0.1, base + 0.4))
+    points.append(_long_point('long', 'cocod', 'c100_r18', s, base - 1.0, base + 0.6))
+    for v, gap in (('ssgd', 0.0), ('local_sgd', -0.6), ('local_sgd_k10', -1.2), ('cocod', -1.0),
+                   ('cocod_k2', -0.5), ('cocod_long_warmup', -1.0)):  # fmt: skip
+      points.append(_long_point('drift', v, 'c100_r18', s, base + gap + noise[s] * (v != 'ssgd')))
+  data = long_schedule.assemble(points)
+  long = data['long']['c100_r18']
+  assert long['cocod']['final']['difference'] == pytest.approx(-1.0)
+  assert long['cocod']['final']['verdict'] == 'worse'
+  assert long['cocod']['best']['difference'] == pytest.approx(0.1)
+  assert long['cocod']['best']['paired_by'] == 'seed'
+  assert long['local_sgd']['final']['verdict'] == 'equivalent'
+  readings = data['readings']['c100_r18']
+  assert readings['a']['difference'] == pytest.approx(-0.2) and readings['a']['side'] == 'below'
+  assert readings['b']['difference'] == pytest.approx(0.5) and readings['b']['side'] == 'above'
+  assert readings['c']['side'] == 'across'
+  assert data['short']['c100_r18']['cocod']['difference'] == pytest.approx(-1.0)
+  assert data['curves']['c100_r18']['cocod']['0']['avg_train_loss'] == [1.0, 0.5, 0.33333, 0.25]
+  mean, lo, hi = long_schedule.gap_curve(data['curves']['c100_r18']['cocod'],
+                                         data['curves']['c100_r18']['ssgd'])  # fmt: skip
+  np.testing.assert_allclose(mean, [-1.0, 0.1, -1.0, -1.0], atol=1e-6)
+  assert data['decay_epoch'] == 81
+  text = long_schedule.render(data)
+  assert '| cocod | -1.00 [' in text and 'worse | -1.00 [' in text
+  assert '(a) Local-SGD with period 10 minus CoCoD-SGD (k = 5) | -0.20 [' in text
+  assert '(below 0) | not run |' in text  # The hard MLP column has no runs.
+  assert 'Every registered run finished.' in text
+  long_schedule.plot(data)
+  assert (tmp_path / 'long_schedule.png').stat().st_size > 10_000

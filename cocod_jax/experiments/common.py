@@ -73,10 +73,13 @@ def hardware() -> str:
   )
 
 
-def run(experiment, arg: str, timing: bool = False, link: str | None = None) -> list[Point] | None:
+def run(
+  experiment, arg: str, timing: bool = False, link: str | None = None, check_empty: bool = True
+) -> list[Point] | None:
   """Completes the sweep of the experiment file `experiment` (a module of configs/) with the
   sweep argument `arg`, and returns its points. Timing sweeps run on `link` (default
-  --link_rate).
+  --link_rate). With --report_only a sweep none of whose runs has results is refused unless
+  `check_empty` is False (a later sweep of an artefact whose first one has results).
 
   None when the sweep did not run (a dry run, a Slurm submission): the runner has printed what
   it would do, and the artefact is not rendered.
@@ -94,7 +97,7 @@ def run(experiment, arg: str, timing: bool = False, link: str | None = None) -> 
   )
   config = f'{experiment.__file__}:{arg}'
   try:
-    if FLAGS.report_only:
+    if FLAGS.report_only and check_empty:
       _check_something_to_report(config)
     records = sweep.run_sweep(config, **options)
   except errors.UsageError as e:  # Invalid points: every reason, nothing created.
