@@ -664,3 +664,15 @@ def test_long_schedule_verdicts_readings_and_curves(flags_parsed, tmp_path):
   assert 'Every registered run finished.' in text
   long_schedule.plot(data)
   assert (tmp_path / 'long_schedule.png').stat().st_size > 10_000
+
+
+def test_not_run_groups_the_seeds_of_a_cell():
+  points = [common.Point({'variant': 'a', 'seed': str(s)}, 'PENDING', 'd', 'h', None)
+            for s in range(5)]  # fmt: skip
+  points += [common.Point({'variant': 'b', 'seed': str(s)}, state, 'd', 'h', None)
+             for s, state in ((1, 'FAILED'), (2, 'DONE'), (3, 'PENDING'))]  # fmt: skip
+  missing, line = common.not_run(points, lambda p: p.arg['variant'])
+  assert missing == ['a seed 0', 'a seed 1', 'a seed 2', 'a seed 3', 'a seed 4', 'b seed 1',
+                     'b seed 3']  # fmt: skip
+  assert line == 'Not run (7 of 8 registered runs): a seeds 0-4; b seeds 1, 3.'
+  assert common.not_run(points[5:6] * 0, str) == ([], 'Every registered run finished.')

@@ -92,13 +92,19 @@ def loss_figure(number: int) -> int:
     1.0,
     title,
     f'fig{number}',
-    'training loss',
+    "training loss (the workers' own models)",
     'epoch',
   )
   lines = [
     f'# {title}',
     '',
     f'![fig{number}](fig{number}.png)',
+    '',
+    "The training loss here is the mean of the workers' own step losses over the epoch (each "
+    'worker on its own model, as the paper plots it), not the averaged model the tables '
+    "evaluate: between averages the workers' models spread, which raises it for the algorithms "
+    "that average less often. The averaged model's training loss is in the long-schedule "
+    'artefact (long_schedule.md, `eval_train_examples`).',
     '',
     '| task | algorithm | final training loss (mean of seeds) |',
     '|---|---|---|',

@@ -171,6 +171,26 @@ def run_commits(points: list[Point]) -> list[dict]:
   return sorted(out, key=lambda r: -r['runs'])
 
 
+def not_run(points: list[Point], label) -> tuple[list[str], str]:
+  """The registered runs of `points` that did not finish (neither done nor diverged): each as
+  `label(point)` + its seed, and one line for the md that groups them by label ('cocod c100_r18
+  seeds 0-4'); 'Every registered run finished.' when none is missing."""
+  missing, groups = [], {}
+  for p in points:
+    if p.state not in ('DONE', 'DIVERGED'):
+      missing.append(f'{label(p)} seed {p.arg["seed"]}')
+      groups.setdefault(label(p), []).append(int(p.arg['seed']))
+  if not missing:
+    return missing, 'Every registered run finished.'
+  parts = []
+  for name, seeds in groups.items():
+    seeds = sorted(seeds)
+    contiguous = len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1))
+    which = f'{seeds[0]}-{seeds[-1]}' if contiguous else ', '.join(map(str, seeds))
+    parts.append(f'{name} seed{"s" if len(seeds) > 1 else ""} {which}')
+  return missing, f'Not run ({len(missing)} of {len(points)} registered runs): {"; ".join(parts)}.'
+
+
 def provenance_line(data: dict) -> str:
   """One line for an artefact's md: the commit(s) its runs were made at beside the render's."""
   runs = data.get('run_commits') or []

@@ -260,16 +260,8 @@ def assemble(points) -> dict:
       }
     else:
       data['short'][t] = table1_verdicts(t)
-  missing = [
-    f'{p.arg["stage"]} {p.arg["variant"]} {p.arg["task"]} seed {p.arg["seed"]}'
-    for p in points
-    if p.state not in ('DONE', 'DIVERGED')
-  ]
-  data['not_run'] = missing
-  data['not_run_line'] = (
-    f'Not run ({len(missing)} of {len(points)} registered runs): ' + ', '.join(missing) + '.'
-    if missing
-    else 'Every registered run finished.'
+  data['not_run'], data['not_run_line'] = common.not_run(
+    points, lambda p: f'{p.arg["stage"]} {p.arg["variant"]} {p.arg["task"]}'
   )
   data['curves'] = curves(long_points)
   data['decay_epoch'] = config.get_config('stage=long').optimizer.decay_epochs[0]

@@ -492,15 +492,8 @@ def assemble(pilot_points, pilot_rows: dict, full_points, chosen: dict, timed=No
   timed, mixed = timed or {}, mixed or ([], [], None)
   timed_points = [p for by_task in timed.values() for pts in by_task.values() for p in pts]
   everything = pilot_points + full_points + timed_points + mixed[0] + mixed[1]
-  missing = [
-    f'{p.arg["variant"]} {p.arg["task"]} seed {p.arg["seed"]}{_where(p)}'
-    for p in everything
-    if p.state not in ('DONE', 'DIVERGED')
-  ]
-  not_run = (
-    f'Not run ({len(missing)} of {len(everything)} registered runs): ' + ', '.join(missing) + '.'
-    if missing
-    else 'Every registered run finished.'
+  missing, not_run = common.not_run(
+    everything, lambda p: f'{p.arg["variant"]} {p.arg["task"]}{_where(p)}'
   )
   full = {
     'rows': stage_rows(full_points, config.TASKS, full_variants),
