@@ -172,7 +172,7 @@ CONFIG_FILES = {
                        'get_config() returned a dict, not an ml_collections.ConfigDict'),
   'no_algorithm': ('import ml_collections\n\n\ndef get_config():\n'
                    '  c = ml_collections.ConfigDict()\n  c.seed = 0\n  return c\n',
-                   'the config lacks the required field algorithm (and 16 more)'),
+                   'the config lacks the required field algorithm (and 17 more)'),
   'no_optimizer_momentum': ('from configs import test\n\n\ndef get_config():\n'
                             '  c = test.get_config()\n  del c.optimizer.momentum\n  return c\n',
                             'the config lacks the required field optimizer.momentum;'),
