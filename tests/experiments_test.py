@@ -651,6 +651,9 @@ def test_long_schedule_verdicts_readings_and_curves(flags_parsed, tmp_path):
   assert readings['a']['difference'] == pytest.approx(-0.2) and readings['a']['side'] == 'below'
   assert readings['b']['difference'] == pytest.approx(0.5) and readings['b']['side'] == 'above'
   assert readings['c']['side'] == 'across'
+  # (a) above 0 would drop the drift explanation; below 0 keeps it. (b): +0.5 above 0 and -0.5
+  # no worse than half of -1.0: kept. (c): across 0: reworded.
+  assert data['outcomes']['c100_r18'] == {'a': 'kept', 'b': 'kept', 'c': 'reworded'}
   assert data['short']['c100_r18']['cocod']['difference'] == pytest.approx(-1.0)
   assert data['curves']['c100_r18']['cocod']['0']['avg_train_loss'] == [1.0, 0.5, 0.33333, 0.25]
   mean, lo, hi = long_schedule.gap_curve(data['curves']['c100_r18']['cocod'],
@@ -660,7 +663,7 @@ def test_long_schedule_verdicts_readings_and_curves(flags_parsed, tmp_path):
   text = long_schedule.render(data)
   assert '| cocod | -1.00 [' in text and 'worse | -1.00 [' in text
   assert '(a) Local-SGD with period 10 minus CoCoD-SGD (k = 5) | -0.20 [' in text
-  assert '(below 0) | not run |' in text  # The hard MLP column has no runs.
+  assert '(below 0): kept | not run |' in text  # The hard MLP column has no runs.
   assert 'Every registered run finished.' in text
   long_schedule.plot(data)
   assert (tmp_path / 'long_schedule.png').stat().st_size > 10_000
