@@ -84,7 +84,7 @@ def test_correction_verdicts_follow_from_the_committed_correctness():
 
 
 def test_artefacts_name_a_commit_of_this_repository():
-  for name in readme.ARTEFACTS + ('overlap',):
+  for name in readme.ARTEFACTS + ('overlap', 'long_schedule'):
     path = os.path.join(FOLDER, f'{name}.json')
     if not os.path.exists(path):
       continue
@@ -105,20 +105,22 @@ FIGURE = re.compile(r'(?:(?<=[\s(\[])[-+])?\d+\.\d\d(?![\d])x?')
 # How the README's prose names an artefact of docs/paper-cpu.
 NAMED = {'Table 1': 'table1', 'Table 2': 'table2', 'Figure 3': 'fig3', 'Figure 4': 'fig4',
          'Figure 6': 'fig6', 'ablation': 'ablation', 'corrections': 'corrections',
-         'overlap.md': 'overlap'}  # fmt: skip
+         'overlap.md': 'overlap', 'long_schedule.md': 'long_schedule'}  # fmt: skip
 OVERLAP = '## Overlap with less staleness'  # The section on overlap.md (issue 30).
 
 
 def _results_paragraphs(text: str) -> list[tuple[str, set[str]]]:
   """The README's prose about the committed results, outside the rendered block, as paragraphs,
   each with the artefacts it names: the section on the corrections (all of it about
-  corrections.md), the section on the overlap options (all of it about overlap.md) and what
-  follows the block up to the benchmark (which quotes `make bench`)."""
+  corrections.md), the section on the overlap options (all of it about overlap.md), what
+  follows the block up to the benchmark (which quotes `make bench`) and the summary at the top
+  ('What was found'), paragraph by paragraph."""
   section = text[text.index('## Beyond the paper') : text.index(OVERLAP)]
   overlap = text[text.index(OVERLAP) : text.index("## The paper's experiments")]
   after = text[text.index(readme.END) + len(readme.END) : text.index('## Benchmark')]
+  found = text[text.index('## What was found') : text.index('## Install')]
   out = [(section, {'corrections'}), (overlap, {'overlap'})]
-  for paragraph in after.split('\n\n'):
+  for paragraph in (after + '\n\n' + found).split('\n\n'):
     out.append((paragraph, {name for words, name in NAMED.items() if words in paragraph}))
   return out
 
