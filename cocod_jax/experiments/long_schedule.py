@@ -225,6 +225,11 @@ def plot(data: dict):
   for j, t in enumerate(tasks):
     runs = data['curves'].get(t, {})
     top, bottom = axes[0][j], axes[1][j]
+    if not runs:
+      for ax in (top, bottom):
+        ax.text(0.5, 0.5, 'not run', transform=ax.transAxes, ha='center', color='gray')
+        ax.set_xlim(0, data['num_epochs'])
+        ax.set_yticks([])
     for v in ('local_sgd', 'cocod'):
       g = gap_curve(runs.get(v, {}), runs.get('ssgd', {}))
       if g is None:
@@ -247,7 +252,8 @@ def plot(data: dict):
     top.axhspan(-accuracy.MARGIN, accuracy.MARGIN, color='green', alpha=0.08)
     top.set_ylim(-6, 3)
     top.set_title(scales.task_title(t, 'cpu'), fontsize=8)
-    bottom.set_yscale('log')
+    if runs:
+      bottom.set_yscale('log')
     if j == 0:
       top.set_ylabel("test accuracy - S-SGD's (points)")
       bottom.set_ylabel('averaged model, training loss')
@@ -292,7 +298,8 @@ def assemble(points) -> dict:
     points, lambda p: f'{p.arg["stage"]} {p.arg["variant"]} {p.arg["task"]}'
   )
   data['curves'] = curves(long_points)
-  data['decay_epoch'] = config.get_config('stage=long').optimizer.decay_epochs[0]
+  schedule = config.get_config('stage=long')
+  data['decay_epoch'], data['num_epochs'] = schedule.optimizer.decay_epochs[0], schedule.num_epochs
   data.update(common.provenance(points, 'one_host'))
   return data
 
