@@ -47,6 +47,7 @@ import time
 import jax
 import numpy as np
 
+from cocod_jax import config_files
 from cocod_jax import files
 
 COMMIT = 'COMMITTED'
@@ -89,7 +90,8 @@ def result_fields(config_dict: dict) -> dict:
   """The dotted fields of a config dict that can change results (all but NON_RESULT_FIELDS)."""
   flat = _flat_config(config_dict)
   skip = lambda k: any(k == f or k.startswith(f + '.') for f in NON_RESULT_FIELDS)
-  return {k: v for k, v in flat.items() if not skip(k)}
+  later = config_files.LATER_FIELDS  # At their default as if absent: older runs match.
+  return {k: v for k, v in flat.items() if not skip(k) and not (k in later and v == later[k])}
 
 
 def config_differences(saved: dict, current: dict) -> list[str]:

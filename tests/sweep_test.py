@@ -20,6 +20,7 @@ import time
 import pytest
 import submitit
 
+from cocod_jax import checkpoints
 from cocod_jax import errors
 from cocod_jax import provenance
 from cocod_jax.sweep import launchers
@@ -207,6 +208,11 @@ def test_a_later_field_at_its_default_keeps_the_hash():
   h = points_lib.config_hash(config)
   assert points_lib.config_hash(dict(config, eval_train_examples=0)) == h
   assert points_lib.config_hash(dict(config, eval_train_examples=512)) != h
+  # And a run made before it resumes under a config that has it at its default (fingerprint).
+  assert checkpoints.config_differences(config, dict(config, eval_train_examples=0)) == []
+  assert checkpoints.config_differences(config, dict(config, eval_train_examples=512)) == [
+    'eval_train_examples: None -> 512'
+  ]
 
 
 def test_slug_and_hash_are_stable_across_processes(tmp_path):
