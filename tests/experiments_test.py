@@ -608,6 +608,7 @@ def test_overlap_timing_frontier_and_target(flags_parsed, tmp_path):
   assert '| delay_1 | - | -0.10 [-0.30, +0.10] | 0.550 | 1.82x | 2.2 | 1.82x | 95% | 0.90 |' in text
   assert '| delay_auto | 2 | -0.30 |' in text and '0 of 2 reached' in text
   assert 'delay_1: meets' in text and 'cocod: no (accuracy target not met)' in text
+  assert 'eager_2_g0: no (accuracy target not met; target reached by 0 of 2 seeds)' in text
   overlap.plot_frontier(data)
   assert (tmp_path / 'overlap_frontier.png').stat().st_size > 10_000
 

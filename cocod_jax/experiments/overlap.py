@@ -162,6 +162,7 @@ def target_check(rows, vs_local: dict) -> dict:
     fast = bool(span and r['reached'] == r['runs'] and span[0] >= need)
     hidden = need_hidden is None or (r.get('hidden') is not None and r['hidden'] >= need_hidden)
     out.append({'variant': r['variant'], 'accuracy': accurate, 'speedup_range': span,
+                'reached': [r['reached'], r['runs']],
                 'fast': fast, 'hidden': r.get('hidden'), 'hidden_ok': hidden,
                 'meets': bool(accurate and fast and hidden)})  # fmt: skip
   return {'r': r_link, 'speedup': need, 'hidden': need_hidden, 'rows': out,
@@ -319,9 +320,9 @@ def _render_timing(link: str, task: str, part: dict) -> list[str]:
     if o['accuracy'] is not True:
       why.append('accuracy target not met' if o['accuracy'] is False else 'accuracy not measured')
     if not o['fast']:
-      span = o['speedup_range']
-      why.append(f'speedup {_f(span[0], "{:.2f}x")}-{_f(span[1], "{:.2f}x")}' if span
-                 else 'target not reached by every seed')  # fmt: skip
+      span, (reached, runs) = o['speedup_range'], o['reached']
+      why.append(f'speedup {_f(span[0], "{:.2f}x")}-{_f(span[1], "{:.2f}x")}' if reached == runs
+                 else f'target reached by {reached} of {runs} seeds')  # fmt: skip
     if not o['hidden_ok']:
       why.append(f'{_f(o["hidden"], "{:.0%}")} hidden')
     verdict = 'meets' if o['meets'] else 'no (' + '; '.join(why) + ')'
