@@ -324,7 +324,7 @@ def _render_timing(link: str, task: str, part: dict) -> list[str]:
       why.append(f'speedup {_f(span[0], "{:.2f}x")}-{_f(span[1], "{:.2f}x")}' if reached == runs
                  else f'target reached by {reached} of {runs} seeds')  # fmt: skip
     if not o['hidden_ok']:
-      why.append(f'{_f(o["hidden"], "{:.0%}")} hidden')
+      why.append(f'{_f(o["hidden"], "{:.1%}")} hidden')
     verdict = 'meets' if o['meets'] else 'no (' + '; '.join(why) + ')'
     verdicts.append(f'{o["variant"]}: {verdict}')
   lines += [
