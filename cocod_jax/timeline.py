@@ -339,10 +339,15 @@ def describe(tm) -> str:
   )
 
 
-def model_step_time(algorithm: str, tp: float, tc: float, k: int) -> float:
+def model_step_time(
+  algorithm: str, tp: float, tc: float, k: int, delay: int | None = None
+) -> float:
   """Section 4.2's time per step for a local step of `tp` and an allreduce of `tc` seconds
   (docs/algorithms.md, the time model); AsynLocal-SGD's is Local-SGD's with the slowest
-  worker's step."""
+  worker's step. CoCoD-SGD with `delay` = tau < k: the allreduce starts after k - tau of the
+  round's steps and has the last tau to hide behind, ((k - tau) tp + max(tau tp, tc)) / k."""
+  if algorithm == 'cocod_sgd' and delay is not None and delay < k:
+    return ((k - delay) * tp + max(delay * tp, tc)) / k
   return {
     'ssgd': tp + tc,
     'local_sgd': tp + tc / k,

@@ -193,6 +193,13 @@ def test_speedup_model_by_hand():
   assert common.ring_tc(0.2, 2, 1) == 0.0
   assert 4 * 0.1 / timeline.model_step_time('cocod_sgd', 0.1, 0.3, 5) == pytest.approx(4.0)
   assert 4 * 0.1 / timeline.model_step_time('ssgd', 0.1, 0.3, 5) == pytest.approx(1.0)
+  # A delay tau: the allreduce hides behind the round's last tau steps. Tp 0.1, Tc 0.3, k 5:
+  # tau 1 waits 0.2 a round (0.5 + 0.2 = 0.7, 0.14 a step), tau 3 none (0.1); tau = k is
+  # CoCoD-SGD's.
+  assert timeline.model_step_time('cocod_sgd', 0.1, 0.3, 5, delay=1) == pytest.approx(0.14)
+  assert timeline.model_step_time('cocod_sgd', 0.1, 0.3, 5, delay=3) == pytest.approx(0.1)
+  assert timeline.model_step_time('cocod_sgd', 0.1, 0.7, 5, delay=5) == pytest.approx(0.14)
+  assert timeline.model_step_time('cocod_sgd', 0.1, 0.7, 5) == pytest.approx(0.14)
 
 
 def test_time_figure_two_seeds_two_links_model_from_the_other_seed(tmp_path):
@@ -549,7 +556,10 @@ def _timed_point(variant, seed, epoch_s, reach_epoch, hidden, r=0.9, tau=None, f
              'test_accuracy': 0.96 if reach_epoch and e >= reach_epoch else 0.90}
             for e in range(1, 7)]  # fmt: skip
   results = {'status': 'completed', 'epochs': epochs, 'final': {'test_accuracy': final / 100},
-             'config': {'algorithm': {'warmup_period_epochs': 0, 'period': 5}},
+             'config': {'algorithm': {'warmup_period_epochs': 0, 'period': 5,
+                                      'name': variant if variant in ('ssgd', 'local_sgd')
+                                      else 'cocod_sgd',
+                                      'delay': 1 if variant == 'delay_1' else None}},
              'timing': {'r': r, 'Tp_s': 0.01, 'Tc_s': 0.01 * r,
                         'hidden_fraction': hidden}}  # fmt: skip
   if tau:
@@ -595,6 +605,11 @@ def test_overlap_timing_frontier_and_target(flags_parsed, tmp_path):
   assert rows['eager_2_g0']['speedup'] is None and rows['eager_2_g0']['reached'] == 0
   assert overlap.frontier_x(rows['eager_2_g0']) == (pytest.approx(2.5), False)
   assert rows['delay_auto']['tau'] == [2]
+  # The model at S-SGD's Tp 0.01 s and Tc 0.009 s (the other seed's run): Local-SGD 0.019 /
+  # (0.01 + 0.009 / 5); delay 1: ((5 - 1) 0.01 + max(0.01, 0.009)) / 5 = 0.01 a step, 1.9x.
+  assert rows['local_sgd']['model'] == pytest.approx(0.019 / 0.0118)
+  assert rows['delay_1']['model'] == pytest.approx(1.9)
+  assert rows['delay_1']['of_model'] == pytest.approx((1 / 0.55) / 1.9)
   assert rows['delay_auto']['accuracy']['difference'] == pytest.approx(-0.3)
   assert rows['delay_auto']['accuracy']['lo'] is None  # Timing runs only: no interval.
   # The front: eager (2.50x hollow, -1.5), Local-SGD (2.00x, -0.2), delay_1 (1.82x, -0.1) and
@@ -605,7 +620,10 @@ def test_overlap_timing_frontier_and_target(flags_parsed, tmp_path):
   assert check['met_by'] == ['delay_1']
   data = {'timing': {'50mbit/8kb/8000': {'c10_r18': part}}}
   text = '\n'.join(overlap._render_timing('50mbit/8kb/8000', 'c10_r18', part))
-  assert '| delay_1 | - | -0.10 [-0.30, +0.10] | 0.550 | 1.82x | 2.2 | 1.82x | 95% | 0.90 |' in text
+  assert (
+    '| delay_1 | - | -0.10 [-0.30, +0.10] | 0.550 | 1.82x | 1.90x | 2.2 | 1.82x | 95% | 0.90 |'
+    in text
+  )
   assert '| delay_auto | 2 | -0.30 |' in text and '0 of 2 reached' in text
   assert 'delay_1: meets' in text and 'cocod: no (accuracy target not met)' in text
   assert 'eager_2_g0: no (accuracy target not met; target reached by 0 of 2 seeds)' in text

@@ -25,6 +25,7 @@ import sys
 from absl import app
 
 from cocod_jax import flags as cocod_flags
+from cocod_jax import timeline
 from cocod_jax.experiments import accuracy
 from cocod_jax.experiments import artefacts
 from cocod_jax.experiments import common
@@ -117,9 +118,34 @@ def timing_rows(points, target, accuracy_rows: dict, variants) -> list[dict]:
     else:
       accuracy_of = {'difference': _paired_final_gap(runs, base), 'lo': None, 'hi': None,
                      'source': f'its {len(runs)} timing runs (no interval)'}  # fmt: skip
-    rows.append({'variant': v, **common.timing_summary(runs, base, target), 'tau': taus,
-                 'accuracy': accuracy_of})  # fmt: skip
+    summary = common.timing_summary(runs, base, target)
+    model = _model(runs, base)
+    rows.append({'variant': v, **summary, 'tau': taus, 'accuracy': accuracy_of, 'model': model,
+                 'of_model': summary['epoch_speedup'] / model if model and summary['epoch_speedup']
+                 else None})  # fmt: skip
   return rows
+
+
+def _model(runs: dict, base: dict) -> float | None:
+  """The time model's epoch speedup over S-SGD (timeline.model_step_time, the delay's form for
+  tau < k), the median over the seeds, each at the Tp and Tc of S-SGD's runs of the other seeds
+  (of its own seed where it is alone): the calibration kept apart from the run it predicts."""
+  models = []
+  for seed, results in runs.items():
+    calibration = [r.get('timing') or {} for s, r in base.items() if s != seed] or [
+      (base.get(seed) or {}).get('timing') or {}
+    ]  # fmt: skip
+    tp = common._median(t.get('Tp_s') for t in calibration)  # pylint: disable=protected-access
+    tc = common._median(t.get('Tc_s') for t in calibration)  # pylint: disable=protected-access
+    algo = results['config']['algorithm']
+    if not tp or tc is None or algo.get('name') is None:
+      continue
+    k = algo['period']
+    delay = (results.get('period_auto') or {}).get('delay') or algo.get('delay')
+    delay = delay if isinstance(delay, int) else None
+    mine = timeline.model_step_time(algo['name'], tp, tc, k, delay)
+    models.append(timeline.model_step_time('ssgd', tp, tc, k) / mine)
+  return statistics.median(models) if models else None
 
 
 def frontier_x(row) -> tuple[float | None, bool]:
@@ -289,11 +315,13 @@ def _render_timing(link: str, task: str, part: dict) -> list[str]:
     f'Real MPI, 2 ranks of 8 workers, one run a seed. Target: {_f(part["target"])}%. Times and '
     'ratios: the median over the seeds and, in brackets, the lowest and highest; a speedup is the '
     "ratio to S-SGD's run of the same seed. Accuracy: the difference to S-SGD the frontier draws "
-    '(the full runs, 90% interval; delay_auto: its timing runs, no interval).',
+    '(the full runs, 90% interval; delay_auto: its timing runs, no interval). Model: the time '
+    "model's epoch speedup at the Tp and Tc of S-SGD's run of the other seed (with a delay tau < "
+    'k the round is (k - tau) Tp + max(tau Tp, Tc)).',
     '',
-    '| variant | tau | accuracy - S-SGD | s / epoch | epoch speedup | time to target (s) | '
+    '| variant | tau | accuracy - S-SGD | s / epoch | epoch speedup | model | time to target (s) | '
     'speedup to target | hidden | r |',
-    '|---|---|---|---|---|---|---|---|---|',
+    '|---|---|---|---|---|---|---|---|---|---|',
   ]
   for r in part['rows']:
     acc = r['accuracy']
@@ -308,6 +336,7 @@ def _render_timing(link: str, task: str, part: dict) -> list[str]:
       f'| {r["variant"]} | {", ".join(map(str, r["tau"])) or "-"} | {accuracy_text} '
       f'| {common.spread(r["epoch_s"], r["epoch_range"], "{:.3f}")} '
       f'| {common.spread(r["epoch_speedup"], r["epoch_speedup_range"], "{:.2f}x")} '
+      f'| {_f(r.get("model"), "{:.2f}x")} '
       f'| {reached} | {common.spread(r["speedup"], r["speedup_range"], "{:.2f}x")} '
       f'| {_f(r["hidden"], "{:.0%}")} | {_f(r["r"])} |'
     )
