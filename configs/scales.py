@@ -28,6 +28,9 @@ from cocod_jax import errors
 
 SCALES = ('paper', 'cpu', 'cpu_long', 'smoke')
 SHORT_SCALES = ('paper', 'cpu', 'smoke')  # Figure 4 times a few epochs: no long schedule.
+# scale -> (epochs, epochs at period 1, lr warm-up epochs, lr decay epochs) of the stand-in tasks:
+# the paper's schedule as fractions of 24 epochs (`cpu`) and whole (`cpu_long`, issue 31).
+CPU_SCHEDULES = {'cpu': (24, 2, 1.0, (17,)), 'cpu_long': (120, 10, 5.0, (81,))}
 # task -> (dataset, model) at the paper's scale
 TASKS = {
   'c10_r18': ('cifar10', 'resnet18'),
@@ -105,22 +108,13 @@ def apply(c, task: str, scale: str):
   if scale == 'paper':
     return c  # configs/common.py holds the paper's hyperparameters.
   c.dataset.augment = False  # 1-D signals and 8x8 digits: no crops or flips.
-  if scale == 'cpu':
+  if scale in CPU_SCHEDULES:
     c.dataset.name, c.model.name = CPU_STAND_INS[dataset], CPU_STAND_INS[model]
     c.num_workers = 16
     c.batch_size = 32
-    c.num_epochs = 24
-    c.algorithm.warmup_period_epochs = 2
-    c.optimizer.warmup_epochs = 1.0
-    c.optimizer.decay_epochs = (17,)
-  elif scale == 'cpu_long':  # The cpu scale's tasks on the paper's own schedule (issue 31).
-    c.dataset.name, c.model.name = CPU_STAND_INS[dataset], CPU_STAND_INS[model]
-    c.num_workers = 16
-    c.batch_size = 32
-    c.num_epochs = 120
-    c.algorithm.warmup_period_epochs = 10
-    c.optimizer.warmup_epochs = 5.0
-    c.optimizer.decay_epochs = (81,)
+    epochs, period_warmup, lr_warmup, decay = CPU_SCHEDULES[scale]
+    c.num_epochs, c.algorithm.warmup_period_epochs = epochs, period_warmup
+    c.optimizer.warmup_epochs, c.optimizer.decay_epochs = lr_warmup, decay
   else:  # smoke
     c.dataset.name, c.model.name = 'digits', 'linear'
     c.num_workers = 2
