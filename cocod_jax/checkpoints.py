@@ -90,8 +90,7 @@ def result_fields(config_dict: dict) -> dict:
   """The dotted fields of a config dict that can change results (all but NON_RESULT_FIELDS)."""
   flat = _flat_config(config_dict)
   skip = lambda k: any(k == f or k.startswith(f + '.') for f in NON_RESULT_FIELDS)
-  later = config_files.LATER_FIELDS  # At their default as if absent: older runs match.
-  return {k: v for k, v in flat.items() if not skip(k) and not (k in later and v == later[k])}
+  return {k: v for k, v in flat.items() if not skip(k) and not config_files.at_later_default(k, v)}
 
 
 def config_differences(saved: dict, current: dict) -> list[str]:

@@ -121,6 +121,12 @@ def as_json(value):
 LATER_FIELDS = {'eval_train_examples': 0}
 
 
+def at_later_default(field: str, value) -> bool:
+  """Whether `field` (dotted) is one of LATER_FIELDS holding its default: left out, as if absent,
+  of the hash and of a run's fingerprint."""
+  return field in LATER_FIELDS and value == LATER_FIELDS[field]
+
+
 def config_hash(config: dict, leave_out=(), extra: dict | None = None, digits: int = 8) -> str:
   """Hex digits of the SHA-256 of a resolved config as JSON, without the fields `leave_out`.
 
@@ -135,9 +141,9 @@ def config_hash(config: dict, leave_out=(), extra: dict | None = None, digits: i
     The hash.
   """
   kept = as_json(config)
-  for field, default in LATER_FIELDS.items():
-    if kept.get(field, default) == default:
-      kept.pop(field, None)
+  for field in LATER_FIELDS:
+    if field in kept and at_later_default(field, kept[field]):
+      del kept[field]
   for path in leave_out:
     *parents, leaf = path.split('.')
     node = kept

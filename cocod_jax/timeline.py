@@ -297,7 +297,8 @@ def collective_time(spans_per_rank, skip=()) -> float | None:
   if len(counts) != 1:
     raise ValueError(f'the ranks timed different numbers of collectives: {sorted(counts)}')
   shortest = np.min(np.asarray(spans_per_rank, np.float64), axis=0)
-  kept = [t for i, t in enumerate(shortest) if i not in set(skip)]
+  skip = set(skip)
+  kept = [t for i, t in enumerate(shortest) if i not in skip]
   return float(np.mean(kept)) if kept else None
 
 

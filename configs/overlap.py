@@ -104,20 +104,16 @@ def get_config(arg=None):
   a = config_args.parse(
     arg, dict(variant='cocod', task='c100_r18', seed=0, scale='cpu', timing=False, mixed=False)
   )
-  if a.mixed:
+  if a.mixed:  # Table 2's cell of the row.
     config_args.choice('variant', a.variant, tuple(MIXED))
-    config_args.choice('task', a.task, TASKS)
-    config_args.choice('scale', a.scale, scales.SHORT_SCALES)
-    row, overrides = MIXED[a.variant]
-    timing = ',timing=true' if a.timing else ''
-    cell = table2.get_config(f'algo={row},task={a.task},scale={a.scale},seed={a.seed}{timing}')
-    return common.apply(cell, overrides)
-  config_args.choice('variant', a.variant, tuple(VARIANTS) + (tuple(TIMING_ONLY) * a.timing))
+    (algo, overrides), table = MIXED[a.variant], table2
+  else:
+    config_args.choice('variant', a.variant, tuple(VARIANTS) + (tuple(TIMING_ONLY) * a.timing))
+    (algo, _, overrides), table = {**VARIANTS, **TIMING_ONLY}[a.variant], table1
   config_args.choice('task', a.task, TASKS)
   config_args.choice('scale', a.scale, scales.SHORT_SCALES)
-  algo, _, overrides = {**VARIANTS, **TIMING_ONLY}[a.variant]
   timing = ',timing=true' if a.timing else ''
-  cell = table1.get_config(f'algo={algo},task={a.task},scale={a.scale},seed={a.seed}{timing}')
+  cell = table.get_config(f'algo={algo},task={a.task},scale={a.scale},seed={a.seed}{timing}')
   return common.apply(cell, overrides)
 
 

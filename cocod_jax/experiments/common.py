@@ -509,20 +509,8 @@ def _time_rows(done, algos, task, setting, target) -> list[dict]:
     if not runs:
       continue
     plain = algo.removesuffix('+ps')
-    models = []
-    for seed, results in runs.items():
-      calibration = [r.get('timing') or {} for s, r in base.items() if s != seed] or [
-        base[seed].get('timing') or {} if seed in base else {}
-      ]  # fmt: skip
-      tp = _median(t.get('Tp_s') for t in calibration)
-      tc = _median(t.get('Tc_s') for t in calibration)
-      k = results['config']['algorithm']['period']
-      if tp and tc is not None:
-        models.append(
-          timeline.model_step_time('ssgd', tp, tc, k) / timeline.model_step_time(plain, tp, tc, k)
-        )  # fmt: skip
     summary = timing_summary(runs, base, target)
-    model = _median(models)
+    model = model_speedup(runs, base, plain)
     rows.append({
       'task': task,
       'algo': algo,
@@ -533,6 +521,33 @@ def _time_rows(done, algos, task, setting, target) -> list[dict]:
       'paper': published.SPEEDUP[setting][model_name] if algo.startswith('cocod') else None,
     })  # fmt: skip
   return rows
+
+
+def model_speedup(runs: dict, base: dict, algorithm: str | None = None) -> float | None:
+  """The time model's epoch speedup over S-SGD (Section 4.2, `timeline.model_step_time`) of an
+  algorithm's timing runs `runs` ({seed: results}): the median over the seeds, each at the Tp and
+  Tc of S-SGD's runs `base` of the other seeds (of its own seed where it is alone), so that the
+  calibration is kept apart from the run it predicts. `algorithm`: the model's name (default:
+  each run's algorithm.name); a run's delay tau (algorithm.delay, or what delay=auto chose) gives
+  the delay's form. None where no run has a calibration."""
+  models = []
+  for seed, results in runs.items():
+    calibration = [r.get('timing') or {} for s, r in base.items() if s != seed] or [
+      base[seed].get('timing') or {} if seed in base else {}
+    ]  # fmt: skip
+    tp = _median(t.get('Tp_s') for t in calibration)
+    tc = _median(t.get('Tc_s') for t in calibration)
+    algo = results['config']['algorithm']
+    name = algorithm or algo.get('name')
+    if not tp or tc is None or name is None:
+      continue
+    delay = (results.get('period_auto') or {}).get('delay') or algo.get('delay')
+    delay = delay if isinstance(delay, int) else None
+    k = algo['period']
+    models.append(
+      timeline.model_step_time('ssgd', tp, tc, k) / timeline.model_step_time(name, tp, tc, k, delay)
+    )  # fmt: skip
+  return _median(models)
 
 
 def epoch_time(results) -> float | None:

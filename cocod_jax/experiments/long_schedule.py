@@ -151,7 +151,7 @@ def _cell(row) -> str:
 
 
 def render(data: dict) -> str:
-  tasks = [t for t in config.STAGE_TASKS['long']]
+  tasks = config.STAGE_TASKS['long']
   title = lambda t: scales.task_title(t, 'cpu')  # noqa: E731
   lines = [
     "# Claim 1 on the paper's schedule: 120 epochs against 24 (cpu scale, 16 workers, one-host "
@@ -206,7 +206,7 @@ def render(data: dict) -> str:
     cells = []
     for t in config.HARD:
       r = data['readings'].get(t, {}).get(name)
-      said = data.get('outcomes', {}).get(t, {}).get(name)
+      said = data['outcomes'].get(t, {}).get(name)
       text = f'{r["difference"]:+.2f} [{r["lo"]:+.2f}, {r["hi"]:+.2f}] ({r["side"]} 0)' if r else ''
       cells.append(f'{text}: {said}' if text and said else text or 'not run')
     lines.append(f'| ({name}) {what} | ' + ' | '.join(cells) + ' |')
@@ -268,7 +268,7 @@ def plot(data: dict):
 def assemble(points) -> dict:
   """The artefact's data from every run of both stages (`corrections.as_rows` applied)."""
   long_points, drift_points = _stage(points, 'long'), _stage(points, 'drift')
-  data = {'long': {}, 'short': {}, 'drift': {}, 'readings': {}, 'ssgd': {}}
+  data = {'long': {}, 'short': {}, 'drift': {}, 'readings': {}, 'outcomes': {}, 'ssgd': {}}
   for t in config.STAGE_TASKS['long']:
     data['long'][t] = verdicts(long_points, t, ['local_sgd', 'cocod'])
     reference = accuracy.by_seed(long_points, config.REFERENCE, t)
@@ -285,7 +285,6 @@ def assemble(points) -> dict:
       data['readings'][t] = {
         name: reading(drift_points, t, v, against) for name, v, against, _ in READINGS
       }
-      data['outcomes'] = data.get('outcomes', {})
       data['outcomes'][t] = {
         name: outcome(
           name, data['readings'][t][name], data['drift'][t].get(v), data['drift'][t].get('cocod')
@@ -312,8 +311,6 @@ def make() -> int:
     if run is None:  # A dry run or a Slurm submission: the runner said what it would do.
       return 0
     points += corrections.as_rows(run)
-  for p in points:
-    p.arg.setdefault('stage', 'long')
   data = assemble(points)
   text = render(data)
   print(text)

@@ -25,7 +25,6 @@ import sys
 from absl import app
 
 from cocod_jax import flags as cocod_flags
-from cocod_jax import timeline
 from cocod_jax.experiments import accuracy
 from cocod_jax.experiments import artefacts
 from cocod_jax.experiments import common
@@ -119,33 +118,11 @@ def timing_rows(points, target, accuracy_rows: dict, variants) -> list[dict]:
       accuracy_of = {'difference': _paired_final_gap(runs, base), 'lo': None, 'hi': None,
                      'source': f'its {len(runs)} timing runs (no interval)'}  # fmt: skip
     summary = common.timing_summary(runs, base, target)
-    model = _model(runs, base)
+    model = common.model_speedup(runs, base)
     rows.append({'variant': v, **summary, 'tau': taus, 'accuracy': accuracy_of, 'model': model,
                  'of_model': summary['epoch_speedup'] / model if model and summary['epoch_speedup']
                  else None})  # fmt: skip
   return rows
-
-
-def _model(runs: dict, base: dict) -> float | None:
-  """The time model's epoch speedup over S-SGD (timeline.model_step_time, the delay's form for
-  tau < k), the median over the seeds, each at the Tp and Tc of S-SGD's runs of the other seeds
-  (of its own seed where it is alone): the calibration kept apart from the run it predicts."""
-  models = []
-  for seed, results in runs.items():
-    calibration = [r.get('timing') or {} for s, r in base.items() if s != seed] or [
-      (base.get(seed) or {}).get('timing') or {}
-    ]  # fmt: skip
-    tp = common._median(t.get('Tp_s') for t in calibration)  # pylint: disable=protected-access
-    tc = common._median(t.get('Tc_s') for t in calibration)  # pylint: disable=protected-access
-    algo = results['config']['algorithm']
-    if not tp or tc is None or algo.get('name') is None:
-      continue
-    k = algo['period']
-    delay = (results.get('period_auto') or {}).get('delay') or algo.get('delay')
-    delay = delay if isinstance(delay, int) else None
-    mine = timeline.model_step_time(algo['name'], tp, tc, k, delay)
-    models.append(timeline.model_step_time('ssgd', tp, tc, k) / mine)
-  return statistics.median(models) if models else None
 
 
 def frontier_x(row) -> tuple[float | None, bool]:
