@@ -58,7 +58,7 @@ bench: $(STAMP)
 	$(PY) -m launch.bench --out=runs/bench
 
 # Every artefact of the paper at CPU scale (root: the timing figures use the simulated link);
-# writes runs/paper/{table1,table2,fig2,...}.{md,json,png}, the timing figures with their
+# writes runs/paper/{table1,table2,ablation,fig2,...}.{md,json,png}, the timing figures with their
 # registered flags (configs/scales.py CPU_ARTEFACT_FLAGS). A second run reruns nothing.
 paper-cpu: $(STAMP)
 	$(PY) -m cocod_jax.experiments.paper --scale=cpu --parallel=2 --workdir=runs/paper
