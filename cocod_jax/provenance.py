@@ -43,3 +43,39 @@ def command() -> str:
   spec = getattr(sys.modules.get('__main__'), '__spec__', None)
   head = f'python -m {spec.name}' if spec is not None else f'python {sys.argv[0]}'
   return ' '.join([head, *sys.argv[1:]])
+
+
+def machine() -> str:
+  """The machine in one line: CPU cores and model, architecture, memory (XLA CPU results are not
+  bitwise portable between CPU models, and timings belong to the machine that made them)."""
+  import platform  # pylint: disable=g-import-not-at-top
+
+  model = platform.processor() or platform.machine()
+  try:
+    with open('/proc/cpuinfo') as f:
+      names = [line.split(':', 1)[1].strip() for line in f if line.startswith('model name')]
+    model = names[0] if names else model
+  except OSError:
+    pass
+  memory = ''
+  try:
+    pages, size = os.sysconf('SC_PHYS_PAGES'), os.sysconf('SC_PAGE_SIZE')
+    memory = f', {pages * size / 2**30:.0f} GiB'
+  except (ValueError, OSError, AttributeError):
+    pass
+  return f'{os.cpu_count()} CPU cores ({model}, {platform.machine()}){memory}'
+
+
+def record() -> dict:
+  """Where a measurement comes from: the commit, whether the tree was dirty, the command, the
+  machine and the UTC time."""
+  import datetime  # pylint: disable=g-import-not-at-top
+
+  now = datetime.datetime.now(datetime.timezone.utc)
+  return {
+    'commit': commit(),
+    'dirty': dirty(),
+    'command': command(),
+    'machine': machine(),
+    'date': now.strftime('%Y-%m-%d %H:%M UTC'),
+  }

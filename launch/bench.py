@@ -53,6 +53,7 @@ from absl import flags
 import numpy as np
 
 from cocod_jax import files
+from cocod_jax import provenance
 from cocod_jax import timeline
 from launch import plot_timeline
 
@@ -451,9 +452,33 @@ def ranks_lines(ranks):
   return lines + ['', ranks['target']]
 
 
+def provenance_lines(report):
+  """Where each section was measured: one line when every section shares commit, tree, command
+  and machine, else one line a section (`--sections=` measures some again and keeps the
+  others)."""
+  made = report.get('provenance') or {}
+  if not made:
+    return ['Measured: no provenance recorded (a bench.json from before it was kept).']
+
+  def where(p):
+    tree = {True: 'dirty', False: 'clean'}.get(p.get('dirty'), 'unknown')
+    return f'commit {p["commit"][:12]} (tree {tree}), `{p["command"]}`, {p["machine"]}'
+
+  sections = [s for s in SECTIONS if s in made]
+  wheres = {where(made[s]) for s in sections}
+  if len(wheres) == 1:
+    dates = sorted(made[s]['date'] for s in sections)
+    span = dates[0] if dates[0] == dates[-1] else f'{dates[0]} to {dates[-1]}'
+    return [f'Measured at {wheres.pop()}; {span}.']
+  return ['Measured section by section (the sections mix commits or machines):', ''] + [
+    f'- {s}: {where(made[s])}; {made[s]["date"]}' for s in sections
+  ]
+
+
 def render(report):
   """bench.md's text from a report (what `measure` returns, or bench.json)."""
   lines = ['# Benchmark (median [min, max] over the runs)', '']
+  lines += provenance_lines(report) + ['']
   if 'overhead' in report:
     lines += overhead_lines(report['overhead']) + ['']
   if 'comm' in report:
@@ -578,7 +603,10 @@ def measure_ranks(out, report):
 
 def measure(out, sections, report):
   """The runs of the chosen sections, into `report` (bench.json's content, holding the sections
-  of an earlier run that were not chosen again); returns it."""
+  of an earlier run that were not chosen again, each with its own provenance); returns it."""
+  made = report.setdefault('provenance', {})
+  for section in sections:
+    made[section] = provenance.record()
   if 'overhead' in sections:
     report['overhead'] = measure_overhead(out)
   if 'comm' in sections:

@@ -100,6 +100,33 @@ def test_render_reports_each_target():
   assert report['targets'][1].endswith('MISSED')
 
 
+def test_render_says_where_each_section_was_measured():
+  report = _report()
+  assert 'no provenance recorded' in bench.render(report)
+  here = {'commit': 'a' * 40, 'dirty': False, 'command': 'python -m launch.bench --out=runs/bench',
+          'machine': '2 CPU cores (X, x86_64), 24 GiB', 'date': '2026-12-07 18:00 UTC'}  # fmt: skip
+  report['provenance'] = {'overlap': here, 'hetero': dict(here, date='2026-12-07 18:20 UTC')}
+  text = bench.render(report)
+  assert (
+    'Measured at commit aaaaaaaaaaaa (tree clean), `python -m launch.bench --out=runs/bench`, '
+    '2 CPU cores (X, x86_64), 24 GiB; 2026-12-07 18:00 UTC to 2026-12-07 18:20 UTC.'
+  ) in text
+  # A section measured again at another commit (--sections=): one line a section.
+  report['provenance']['hetero'] = dict(here, commit='b' * 40, dirty=True)
+  text = bench.render(report)
+  assert 'the sections mix commits or machines' in text
+  assert '- overlap: commit aaaaaaaaaaaa (tree clean)' in text
+  assert '- hetero: commit bbbbbbbbbbbb (tree dirty)' in text
+
+
+def test_measure_records_the_provenance_of_the_sections_it_measures(monkeypatch):
+  monkeypatch.setattr(bench.provenance, 'record', lambda: {'commit': 'new'})
+  report = {'provenance': {'comm': {'commit': 'old'}}, 'comm': []}
+  monkeypatch.setattr(bench, 'measure_overhead', lambda out: {'ratio': 1.0})
+  bench.measure('unused', ['overhead'], report)
+  assert report['provenance'] == {'comm': {'commit': 'old'}, 'overhead': {'commit': 'new'}}
+
+
 def test_overhead_and_comm_targets():
   runs = [{'bare_ms': 1.0, 'framework_ms': f, 'ratio': f} for f in (1.04, 1.08)]
   overhead = {'epochs': 6, 'runs': runs}

@@ -245,8 +245,8 @@ def ablation() -> int:
 
 
 def paper() -> int:
-  """Every artefact in order (Figures 2 and 5 reuse the tables' runs, the ablation six of Table 1's),
-  each with its registered flags; 0 when all finished."""
+  """Every artefact in order (Figures 2 and 5 reuse the tables' runs, the ablation six of
+  Table 1's), each with its registered flags; 0 when all finished."""
   names = ('table1', 'table2', 'ablation', 'fig2', 'fig5', 'fig3', 'fig6', 'fig4')
   return max(make(name) for name in names)
 

@@ -11,8 +11,6 @@ the averaged model over the epochs, as the paper's "final best test accuracy".
 
 import dataclasses
 import os
-import platform
-import socket
 import statistics
 from typing import Any
 
@@ -68,8 +66,8 @@ def hardware() -> str:
 
   devices = jax.devices()
   return (
-    f'{socket.gethostname()}: {os.cpu_count()} CPU cores ({platform.machine()}), '
-    f'{len(devices)} {devices[0].platform} device(s) ({devices[0].device_kind})'
+    f'{provenance_lib.machine()}; {len(devices)} {devices[0].platform} device(s) '
+    f'({devices[0].device_kind})'
   )
 
 

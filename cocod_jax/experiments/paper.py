@@ -1,7 +1,8 @@
 """`python -m cocod_jax.experiments.paper --scale=cpu --parallel=2`: every artefact.
 
-Tables 1 and 2, the ablation, Figures 2-6 (at the cpu scale the timing figures with their registered flags,
-configs/scales.py CPU_ARTEFACT_FLAGS); exit status 0 only when every sweep finished.
+Tables 1 and 2, the ablation, Figures 2-6 (at the cpu scale the timing figures with their
+registered flags, configs/scales.py CPU_ARTEFACT_FLAGS); exit status 0 only when every sweep
+finished.
 Made by `artefacts.ARTEFACTS['paper']`; flags: `cocod_jax.flags`.
 """
 
