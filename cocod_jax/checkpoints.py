@@ -48,24 +48,11 @@ import jax
 import numpy as np
 
 from cocod_jax import config_files
+from cocod_jax import errors
 from cocod_jax import files
 
 COMMIT = 'COMMITTED'
 SPACE_MARGIN = 1 << 20  # Bytes beyond a part's arrays that a disk must have free to write it.
-EXIT_PREEMPTED = 75
-EXIT_KILLED = 143
-# Fields that can differ between a checkpoint and the run that resumes it: they change how long
-# the run goes on, where it reads data, what it logs and times, how long it waits, or (with
-# emulate_speeds) only its speed; never a number of the training itself.
-NON_RESULT_FIELDS = (
-  'num_epochs',
-  'checkpoint',
-  'timeline',
-  'comm.timeout_s',
-  'comm.threaded',
-  'data_dir',
-  'emulate_speeds',
-)
 
 
 class Preempted(RuntimeError):
@@ -87,9 +74,10 @@ def _flat_config(d, prefix=''):
 
 
 def result_fields(config_dict: dict) -> dict:
-  """The dotted fields of a config dict that can change results (all but NON_RESULT_FIELDS)."""
+  """The dotted fields of a config dict that can change the training's numbers (all but
+  config_files.NON_TRAINING_FIELDS): a checkpoint resumes only under a run equal in these."""
   flat = _flat_config(config_dict)
-  skip = lambda k: any(k == f or k.startswith(f + '.') for f in NON_RESULT_FIELDS)
+  skip = lambda k: any(k == f or k.startswith(f + '.') for f in config_files.NON_TRAINING_FIELDS)
   return {k: v for k, v in flat.items() if not skip(k) and not config_files.at_later_default(k, v)}
 
 
@@ -335,7 +323,7 @@ class PreemptionGuard:
         print(f'{name} as well: the same request (checkpoint, then exit)', flush=True)
         return
       print(f'error: a second {name}: exiting at once', file=sys.stderr, flush=True)
-      os._exit(EXIT_KILLED)
+      os._exit(errors.EXIT_KILLED)
     self.requested, self._first = True, time.monotonic()
     print(f'{name}: finishing the current round, then a checkpoint and exit', flush=True)
 
@@ -346,7 +334,7 @@ class PreemptionGuard:
         file=sys.stderr,
         flush=True,
       )
-      os._exit(EXIT_KILLED)
+      os._exit(errors.EXIT_KILLED)
 
     self._timer = threading.Timer(self.deadline_s, give_up)
     self._timer.daemon = True

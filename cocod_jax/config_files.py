@@ -120,6 +120,21 @@ def as_json(value):
 # of every hash at their default, so the points made before them keep their names.
 LATER_FIELDS = {'eval_train_examples': 0}
 
+# Dotted fields (leaves or whole groups) that change no number a run computes, its timings
+# included: where data is read from, how long a collective may take before the job is ended, how
+# often rounds are timed, when checkpoints are written (a resumed run continues bit for bit).
+# Left out of a sweep point's hash (sweep/points.py).
+NON_RESULT_FIELDS = ('data_dir', 'comm.timeout_s', 'timeline.sample_every', 'checkpoint')
+# And those that may change how fast or how long a run goes, never a number of the training
+# itself: a checkpoint resumes under a run that differs from it only in these
+# (checkpoints.result_fields, the workdir's fingerprint).
+NON_TRAINING_FIELDS = NON_RESULT_FIELDS + (
+  'num_epochs',
+  'timeline',
+  'comm.threaded',
+  'emulate_speeds',
+)
+
 
 def at_later_default(field: str, value) -> bool:
   """Whether `field` (dotted) is one of LATER_FIELDS holding its default: left out, as if absent,

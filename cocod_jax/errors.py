@@ -12,7 +12,28 @@ import sys
 import traceback
 from typing import NoReturn
 
+# Every exit status of the project's commands, one table (README prints it: tests/readme_test.py).
+EXIT_OK = 0
+EXIT_NOT_FINISHED = 1
 EXIT_USAGE = 2
+EXIT_DIVERGED = 3
+EXIT_DISK_FULL = 74  # EX_IOERR: the run stopped on a write; earlier checkpoints are intact.
+EXIT_PREEMPTED = 75  # EX_TEMPFAIL: stopped by a signal after writing a checkpoint.
+EXIT_TIMED_OUT = 124  # The `timeout` command's status: the sweep's --timeout_s ended the run.
+EXIT_KILLED = 143  # 128 + SIGTERM: a second signal, or no checkpoint by the deadline.
+EXIT_CODES = {
+  EXIT_OK: 'finished: the run, every point of a sweep, every run of an artefact',
+  EXIT_NOT_FINISHED: (
+    'not finished: a sweep or an artefact with runs not done (their state says why); a '
+    'dataset that could not be downloaded; an unexpected error (its traceback)'
+  ),
+  EXIT_USAGE: 'a usage error: one `error:` line a problem, nothing written',
+  EXIT_DIVERGED: 'the run diverged (a NaN or Inf), stopped before any worker took it in',
+  EXIT_DISK_FULL: 'a write failed (disk full, permissions): the earlier checkpoints are intact',
+  EXIT_PREEMPTED: 'preempted (SIGTERM, SIGINT): a checkpoint written; the same command resumes',
+  EXIT_TIMED_OUT: "a sweep's point ended by its --timeout_s (recorded in the point's state)",
+  EXIT_KILLED: 'a second signal, or no checkpoint by checkpoint.preempt_deadline_s',
+}
 
 
 class UsageError(ValueError):

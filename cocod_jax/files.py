@@ -46,3 +46,12 @@ def dumps(obj, indent: int | None = None) -> str:
 def write_json_atomic(path: str, obj, indent: int | None = 2) -> None:
   """Writes `obj` as strict JSON (one line when `indent` is None) to `path` atomically."""
   write_atomic(path, dumps(obj, indent=indent) + '\n')
+
+
+def read_json(path: str):
+  """The parsed JSON file at `path`, or None when it is missing or unreadable."""
+  try:
+    with open(path) as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return None

@@ -21,7 +21,6 @@ from cocod_jax import errors
 from cocod_jax import flags as cocod_flags
 
 FLAGS = cocod_flags.FLAGS
-EXIT_DIVERGED = 3  # A preempted run exits with checkpoints.EXIT_PREEMPTED (75).
 _RANK = ''  # 'rank r: ' under MPI, so that every line says which process refused.
 
 
@@ -151,7 +150,7 @@ def _train(config, dataset):
   try:
     train.train_and_evaluate(config, FLAGS.workdir, dataset)
   except train.Diverged as e:
-    _fail(e, EXIT_DIVERGED)
+    _fail(e, errors.EXIT_DIVERGED)
   except (checkpoints.ResumeError, workdir.WorkdirError) as e:
     _fail(e)
   except workdir.DiskFull as e:
@@ -159,11 +158,11 @@ def _train(config, dataset):
       errors.report(e, prefix=_RANK)
       from mpi4py import MPI  # pylint: disable=g-import-not-at-top
 
-      MPI.COMM_WORLD.Abort(workdir.EXIT_DISK_FULL)
-    _fail(e, workdir.EXIT_DISK_FULL)
+      MPI.COMM_WORLD.Abort(errors.EXIT_DISK_FULL)
+    _fail(e, errors.EXIT_DISK_FULL)
   except checkpoints.Preempted as e:
     print(f'{_RANK}{e}; run the same command again to continue', flush=True)
-    sys.exit(checkpoints.EXIT_PREEMPTED)
+    sys.exit(errors.EXIT_PREEMPTED)
 
 
 def _train_mpi(config, dataset):

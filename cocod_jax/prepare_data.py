@@ -26,7 +26,7 @@ from cocod_jax import input_pipeline
 FLAGS = flags.FLAGS
 
 
-EXIT_NO_NETWORK, EXIT_USAGE = 1, errors.EXIT_USAGE
+EXIT_NO_NETWORK, EXIT_USAGE = errors.EXIT_NOT_FINISHED, errors.EXIT_USAGE
 
 
 def _error(message, status):

@@ -24,7 +24,6 @@
 import contextlib
 import errno
 import hashlib
-import json
 import os
 import socket
 import sys
@@ -37,7 +36,6 @@ from cocod_jax import errors
 from cocod_jax import files
 
 LOCK, HOLDER, FINGERPRINT, RESULTS = 'run.lock', 'run.lock.json', 'fingerprint.json', 'results.json'
-EXIT_DISK_FULL = 74  # EX_IOERR: the run stopped on a write; earlier checkpoints are intact.
 FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 # Launchers' variables that hold the job's number of processes: (variable, launcher).
 MPI_SIZE_VARIABLES = (
@@ -141,7 +139,7 @@ def data_fingerprint(dataset) -> dict:
 
 def fingerprint(config, dataset) -> dict:
   """What defines a run's results: the config's result fields (all but
-  checkpoints.NON_RESULT_FIELDS) and the data."""
+  config_files.NON_TRAINING_FIELDS) and the data."""
   return {
     'config': checkpoints.result_fields(config.to_dict()),
     'data': data_fingerprint(dataset),
@@ -169,14 +167,6 @@ def first_difference(old: dict, new: dict) -> str | None:
 
 
 # --------------------------------------------------------------------------- the lock
-
-
-def _read_json(path):
-  try:
-    with open(path) as f:
-      return json.load(f)
-  except (OSError, ValueError):
-    return None
 
 
 def _holder_text(holder) -> str:
@@ -270,7 +260,7 @@ def _take(workdir, config, dataset, say):
   try:
     lock.acquire()
   except filelock.Timeout:
-    holder = _holder_text(_read_json(os.path.join(workdir, HOLDER)))
+    holder = _holder_text(files.read_json(os.path.join(workdir, HOLDER)))
     return (
       None,
       (
@@ -279,7 +269,7 @@ def _take(workdir, config, dataset, say):
       ),
       None,
     )
-  stale = _read_json(os.path.join(workdir, HOLDER))
+  stale = files.read_json(os.path.join(workdir, HOLDER))
   if stale is not None:
     say(f'taking over the lock of {workdir} from {_holder_text(stale)}, which ended without '
         'releasing it')  # fmt: skip
@@ -291,7 +281,7 @@ def _take(workdir, config, dataset, say):
          'command': sys.argv},
       )  # fmt: skip
     mine = fingerprint(config, dataset)
-    recorded = _read_json(os.path.join(workdir, FINGERPRINT))
+    recorded = files.read_json(os.path.join(workdir, FINGERPRINT))
     problem = None
     if recorded is not None:
       difference = first_difference(recorded, mine)
@@ -300,7 +290,7 @@ def _take(workdir, config, dataset, say):
           f'{workdir} holds a run of another config or data ({difference}); rerun with the '
           'same config and data to continue it, or use another --workdir'
         )
-    results = _read_json(os.path.join(workdir, RESULTS))
+    results = files.read_json(os.path.join(workdir, RESULTS))
     problem = problem or _finished_conflict(workdir, config, results)
     if problem is None and recorded != mine:  # A rerun rewrites nothing it would not change.
       with writing('the fingerprint', workdir):

@@ -24,6 +24,7 @@ import pytest
 
 from cocod_jax import algorithms
 from cocod_jax import checkpoints
+from cocod_jax import errors
 from cocod_jax import train
 from cocod_jax import workdir
 from tests import train_test
@@ -253,6 +254,6 @@ def test_two_signals_at_once_are_one_request_a_later_one_exits(monkeypatch):
     clock[0] += 5.0
     with pytest.raises(Exited) as exited:
       guard._handle(signal.SIGINT, None)
-    assert exited.value.args == (checkpoints.EXIT_KILLED,)
+    assert exited.value.args == (errors.EXIT_KILLED,)
   finally:
     guard._timer.cancel()  # Else its deadline would end this pytest process 600 s later.

@@ -25,7 +25,6 @@ from cocod_jax import checkpoints
 from cocod_jax import errors
 from cocod_jax import provenance
 from cocod_jax.sweep import launchers
-from cocod_jax.sweep import local
 from cocod_jax.sweep import points as points_lib
 from cocod_jax.sweep import report
 from cocod_jax.sweep import runner
@@ -562,7 +561,7 @@ def test_rerun_stale_moves_the_old_directory_aside(tmp_path):
 
 def test_timeout_fails_the_point(tmp_path):
   (record,) = runner.run_sweep(f'{TINY}:case=missing', str(tmp_path), timeout_s=0.3)
-  assert record['state'] == 'FAILED' and record['rc'] == local.EXIT_TIMED_OUT
+  assert record['state'] == 'FAILED' and record['rc'] == errors.EXIT_TIMED_OUT
   status = json.load(open(os.path.join(record['dir'], 'status.json')))
   assert status['timed_out'] is True and status['log_tail'][0].startswith('=== ')
   assert not os.path.exists(os.path.join(record['dir'], 'lock'))

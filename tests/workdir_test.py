@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from cocod_jax import checkpoints
+from cocod_jax import errors
 from cocod_jax import files
 from cocod_jax import input_pipeline
 from cocod_jax import train
@@ -278,7 +279,7 @@ def test_full_disk_on_a_small_tmpfs(tmp_path):
     p = main_test._main(wd / 'run', '--config.model.name=cnn', '--config.num_epochs=40',
                         '--config.checkpoint.every_epochs=1', '--config.checkpoint.keep=40',
                         '--config.batch_size=25')  # fmt: skip
-    assert p.returncode == workdir.EXIT_DISK_FULL, p.stderr[-3000:]
+    assert p.returncode == errors.EXIT_DISK_FULL, p.stderr[-3000:]
     assert len(_errors(p)) == 1 and 'Traceback' not in p.stderr, p.stderr[-3000:]
     assert (
       'No space left on device' in _errors(p)[0] and 'while writing a checkpoint' in _errors(p)[0]

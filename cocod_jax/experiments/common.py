@@ -25,7 +25,6 @@ from cocod_jax import timeline
 from cocod_jax.experiments import correctness
 from cocod_jax.experiments import published
 from cocod_jax.experiments import stats
-from cocod_jax.sweep import state as sweep_state
 
 FLAGS = cocod_flags.FLAGS  # cocod_flags.define_experiment_flags() defines what is read here.
 
@@ -162,7 +161,7 @@ def run_commits(points: list[Point]) -> list[dict]:
   for p in points:
     if not p.results:
       continue
-    info = sweep_state.read_json(os.path.join(p.directory, 'point.json')) or {}
+    info = files.read_json(os.path.join(p.directory, 'point.json')) or {}
     key = (info.get('commit') or 'unknown', info.get('dirty'))
     counts[key] = counts.get(key, 0) + 1
   out = [{'commit': c, 'dirty': d, 'runs': n} for (c, d), n in counts.items()]

@@ -38,7 +38,7 @@ def _run(f) -> int:
   records = runner.run_sweep(f.config, f.workdir, slurm_args=tuple(f.slurm_arg), **how, **common)
   if f.dry_run or f.launcher == 'slurm':
     return 0
-  return 0 if runner.finished(records) else 1
+  return errors.EXIT_OK if runner.finished(records) else errors.EXIT_NOT_FINISHED
 
 
 def main(argv) -> int:

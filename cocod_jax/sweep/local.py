@@ -23,13 +23,13 @@ from typing import Any
 
 import tqdm
 
+from cocod_jax import errors
 from cocod_jax import files
 from cocod_jax import provenance
 from cocod_jax.sweep import points as points_lib
 from cocod_jax.sweep import report
 from cocod_jax.sweep import state as state_lib
 
-EXIT_TIMED_OUT = 124  # Recorded when --timeout_s ended the run (the `timeout` command's status).
 KILL_GRACE_S = 120.0  # After SIGTERM a run checkpoints and exits 75; then SIGKILL.
 LOG_TAIL_LINES = 40
 # What point.json records of the point, before the run's own fields.
@@ -64,7 +64,7 @@ def _log_tail(path: str, offset: int) -> list[str]:
 
 def _write_point_json(point, launcher: str, head: str, cmd: list, job) -> None:
   path = os.path.join(point.dir, 'point.json')
-  attempt = int((state_lib.read_json(path) or {}).get('attempt', 0)) + 1
+  attempt = int((files.read_json(path) or {}).get('attempt', 0)) + 1
   record = {k: getattr(point, k) for k in POINT_FIELDS}
   record.update(commit=head, dirty=provenance.dirty(), command=cmd, command_line=shlex.join(cmd))
   record.update(created=state_lib.now(), host=socket.gethostname(), launcher=launcher)
@@ -153,7 +153,7 @@ def finish(run: Run, head: str, keeping_job=None) -> state_lib.State:
   run.log.close()
   rc = run.proc.returncode
   status = dict(
-    rc=EXIT_TIMED_OUT if run.timed_out else rc,
+    rc=errors.EXIT_TIMED_OUT if run.timed_out else rc,
     wall_s=round(time.monotonic() - run.start, 3),
     host=socket.gethostname(),
     finished=state_lib.now(),
@@ -173,14 +173,14 @@ def progress(run: Run, s: state_lib.State) -> str:
   p, wall = run.point, time.monotonic() - run.start
   head = f'{run.label} {os.path.basename(p.dir)} ...'
   if s.name == 'DONE':
-    results = state_lib.read_json(os.path.join(p.dir, 'results.json')) or {}
+    results = files.read_json(os.path.join(p.dir, 'results.json')) or {}
     acc = (results.get('final') or {}).get('test_accuracy')
     return f'{head} done in {wall:.0f} s, test acc {report.number(acc, "%.3f")}'
   if s.name == 'DIVERGED':
     return f'{head} diverged in {wall:.0f} s (results.json: diverged)'
   if s.name == 'MISMATCH':
     return f'{head} finished, but {s.detail}'
-  status = state_lib.read_json(os.path.join(p.dir, 'status.json')) or {}
+  status = files.read_json(os.path.join(p.dir, 'status.json')) or {}
   tail = [line for line in status.get('log_tail', []) if line.strip()]
   why = f': {tail[-1].strip()}' if tail else ''
   if status.get('timed_out'):

@@ -10,8 +10,8 @@ config fields by their dotted path, as a dict or as keywords with `__` for the d
 
 A file without `sweep` is a sweep of one point, its own argument. Each point lives in
 `DIR/points/<slug>-<hash>`: the slug is readable (`cocod_sgd.c10_r18.cpu.s0`), the hash is 8 hex
-digits of the resolved config without NON_RESULT_FIELDS, so points of several sweeps with equal
-configs share a directory.
+digits of the resolved config without config_files.NON_RESULT_FIELDS, so points of several
+sweeps with equal configs share a directory.
 """
 
 import dataclasses
@@ -25,10 +25,6 @@ from cocod_jax import config_files
 from cocod_jax import errors
 from cocod_jax import provenance
 
-# Dotted fields left out of a point's hash: they cannot change its results (where data is read
-# from, how long a collective may take before the job is ended, how often rounds are timed, when
-# checkpoints are written: a resumed run continues bit for bit).
-NON_RESULT_FIELDS = ('data_dir', 'comm.timeout_s', 'timeline.sample_every', 'checkpoint')
 SLUG_MAX = 100
 _NUMBER = re.compile(r'[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?')
 
@@ -69,7 +65,7 @@ class Point:
 
 
 def config_hash(config: dict, link_rate: str = '') -> str:
-  """8 hex digits of the SHA-256 of `config` without NON_RESULT_FIELDS.
+  """8 hex digits of the SHA-256 of `config` without config_files.NON_RESULT_FIELDS.
 
   Args:
     config: a resolved config as JSON (a nested dict), e.g. results.json's "config".
@@ -80,7 +76,7 @@ def config_hash(config: dict, link_rate: str = '') -> str:
   """
   timed = link_rate and config.get('backend') == 'mpi'
   extra = {'link_rate': link_rate} if timed else None
-  return config_files.config_hash(config, NON_RESULT_FIELDS, extra)
+  return config_files.config_hash(config, config_files.NON_RESULT_FIELDS, extra)
 
 
 def slug(config_arg: str, overrides: dict | None = None) -> str:

@@ -25,7 +25,6 @@ cannot name a Slurm job.
 
 import dataclasses
 import datetime
-import json
 import os
 import shutil
 import socket
@@ -34,12 +33,12 @@ import filelock
 import submitit
 
 from cocod_jax import config_files
+from cocod_jax import errors
 from cocod_jax import files
 from cocod_jax import results_schema
 from cocod_jax.sweep import points as points_lib
 
 FINISHED = ('DONE', 'DIVERGED')
-EXIT_PREEMPTED = 75  # checkpoints.EXIT_PREEMPTED; not imported, as that module starts JAX.
 # Slurm's job states (sacct's State column, first word) after which a job never runs again; any
 # other, and UNKNOWN (not in the accounting yet, or no sacct), is a job still queued or running.
 ENDED_JOB_STATES = ('BOOT_FAIL', 'CANCELLED', 'COMPLETED', 'DEADLINE', 'FAILED', 'NODE_FAIL',
@@ -71,15 +70,6 @@ class State:
 def now() -> str:
   """The current UTC time, to the second, as ISO 8601."""
   return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')
-
-
-def read_json(path: str):
-  """The parsed JSON file at `path`, or None when it is missing or unreadable."""
-  try:
-    with open(path) as f:
-      return json.load(f)
-  except (OSError, ValueError):
-    return None
 
 
 def _pid_alive(pid) -> bool:
@@ -126,7 +116,7 @@ def watch_jobs(directories) -> None:
   watcher's cache, which may be minutes old in a long-lived process)."""
   jobs = []
   for d in directories:
-    lock = read_json(os.path.join(d, 'lock'))
+    lock = files.read_json(os.path.join(d, 'lock'))
     job = _lock_job(lock) if isinstance(lock, dict) else None
     if job and job.cluster == 'slurm' and shutil.which('sacct'):
       jobs.append(_slurm_job(job.id, job.folder))
@@ -143,7 +133,7 @@ def lock_holder(directory: str, own_job: Job | None = None) -> str | None:
   while one of them lives on this host. Another host's pids cannot be checked here: that lock
   does not hold (its run shows as INCOMPLETE).
   """
-  lock = read_json(os.path.join(directory, 'lock'))
+  lock = files.read_json(os.path.join(directory, 'lock'))
   if not isinstance(lock, dict):
     return None
   job = _lock_job(lock)
@@ -189,7 +179,7 @@ def take_lock(directory: str, job: Job | None = None, pid: int | None = -1) -> b
 def note_child(directory: str, pid: int) -> None:
   """Adds the run's own pid to the lock record (it may outlive the runner)."""
   path = os.path.join(directory, 'lock')
-  files.write_json_atomic(path, dict(read_json(path) or {}, child_pid=pid))
+  files.write_json_atomic(path, dict(files.read_json(path) or {}, child_pid=pid))
 
 
 def release_lock(directory: str) -> None:
@@ -237,7 +227,7 @@ def state(point: points_lib.Point, head: str | None = None, own_job: Job | None 
     The State.
   """
   d = point.dir
-  info = read_json(os.path.join(d, 'point.json'))
+  info = files.read_json(os.path.join(d, 'point.json'))
   stale = _stale(info, head)
   holder = lock_holder(d, own_job)
   if holder:
@@ -246,13 +236,13 @@ def state(point: points_lib.Point, head: str | None = None, own_job: Job | None 
     return State(
       'MISMATCH', stale, f"point.json's hash {info.get('hash')} is not the point's {point.hash}"
     )
-  results = read_json(os.path.join(d, 'results.json'))
+  results = files.read_json(os.path.join(d, 'results.json'))
   if isinstance(results, dict) and results.get('status') in ('completed', 'diverged'):
     return _from_results(point, results, stale)
-  status = read_json(os.path.join(d, 'status.json'))
+  status = files.read_json(os.path.join(d, 'status.json'))
   if isinstance(status, dict):
     rc = status.get('rc')
-    if rc == EXIT_PREEMPTED:
+    if rc == errors.EXIT_PREEMPTED:
       return State('INCOMPLETE', stale, 'preempted (a rerun resumes from its checkpoint)')
     if rc != 0:
       return State('FAILED', stale, f'exit status {rc}')
@@ -290,8 +280,8 @@ def collect(points: list, head: str) -> list[dict]:
   watch_jobs(p.dir for p in points)
   for p in points:
     s = state(p, head)
-    results = read_json(os.path.join(p.dir, 'results.json')) if s.name in FINISHED else None
-    status = read_json(os.path.join(p.dir, 'status.json')) or {}
+    results = files.read_json(os.path.join(p.dir, 'results.json')) if s.name in FINISHED else None
+    status = files.read_json(os.path.join(p.dir, 'status.json')) or {}
     record = {k: getattr(p, k) for k in ('slug', 'dir', 'hash')}
     record.update(state=s.name, stale=s.stale, detail=s.detail)
     record.update({k: getattr(p, k) for k in ('config_file', 'config_arg', 'overrides')})
@@ -315,7 +305,7 @@ def to_run(points: list, states: dict, retry_failed: bool, rerun_stale: bool) ->
 
 def move_aside(directory: str) -> str:
   """Renames a STALE point's directory to `<dir>.stale-<its commit>[-n]`; returns the new name."""
-  info = read_json(os.path.join(directory, 'point.json')) or {}
+  info = files.read_json(os.path.join(directory, 'point.json')) or {}
   base = f'{directory}.stale-{(info.get("commit") or "unknown")[:8]}'
   target, n = base, 1
   while os.path.exists(target):

@@ -41,6 +41,7 @@ import time
 
 import submitit
 
+from cocod_jax import errors
 from cocod_jax import files
 from cocod_jax import flags as cocod_flags
 from cocod_jax import provenance
@@ -190,7 +191,7 @@ class PointTask(submitit.helpers.Checkpointable):
       local.check_deadline(run)
       time.sleep(POLL_S)
     self._tell_ranks(env, True, ended=True)
-    preempted = run.proc.returncode == state_lib.EXIT_PREEMPTED and not run.timed_out
+    preempted = run.proc.returncode == errors.EXIT_PREEMPTED and not run.timed_out
     s = self._end(run, requeued=preempted)
     if preempted:  # Of its own (Slurm's SIGTERM reached it): submitit checkpoints, requeues.
       signal.raise_signal(usr)
@@ -214,7 +215,7 @@ class PointTask(submitit.helpers.Checkpointable):
   def _word_of_rank_zero(self, env) -> dict | None:
     """This attempt's ranks.json record, or None when rank 0 has not written it yet."""
     path, token = self._rendezvous(env)
-    record = state_lib.read_json(path)
+    record = files.read_json(path)
     return record if isinstance(record, dict) and record.get('token') == token else None
 
   def _follow(self, env) -> dict:
