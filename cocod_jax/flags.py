@@ -54,7 +54,9 @@ def define_sweep_flags() -> None:
   flags.DEFINE_bool('rerun_stale', False, 'Move STALE points aside and run them again.')
   flags.DEFINE_bool('fail_fast', False, 'Start no further point after one fails.')
   flags.DEFINE_float('timeout_s', DEFAULT_TIMEOUT_S, 'Seconds a point may run.')
-  flags.DEFINE_multi_string('set', [], 'FIELD=VALUE set on every point, e.g. data_dir=/data.')
+  flags.DEFINE_multi_string(
+    'set', [], 'FIELD=VALUE set on every point, e.g. data_dir=/data (or --config.FIELD=VALUE).'
+  )
   flags.DEFINE_multi_string(
     'slurm_arg',
     [],
@@ -107,3 +109,48 @@ def define_mnist1d_check_flags(models) -> None:
   flags.DEFINE_string('out', 'docs/paper-cpu', 'Where mnist1d_check.json and .md go.')
   flags.DEFINE_integer('seeds', 5, 'Seeds per model.')
   flags.DEFINE_list('models', list(models), 'Models to check.')
+
+
+def list_in_help() -> None:
+  """Makes the flags defined here the entry point's own, so that --helpshort lists them (absl
+  lists the main module's flags, and these are defined in this module)."""
+  import sys  # pylint: disable=g-import-not-at-top
+
+  for flag in FLAGS.flags_by_module_dict().get(__name__, []):
+    FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+
+
+_HELP = ('-h', '-?', '--help', '--helpshort', '--helpfull', '--helpxml')
+
+
+def read(argv):
+  """FLAGS(argv), where a help flag, having printed the help, exits 0 (absl exits 1)."""
+  try:
+    return FLAGS(argv)
+  except SystemExit as e:
+    if e.code == 1 and any(a.split('=')[0] in _HELP for a in argv[1:]):
+      raise SystemExit(0) from None
+    raise
+
+
+def parse(argv, name: str, config_overrides: bool = False):
+  """absl's flag parsing for an entry point (app.run's `flags_parser`), with every refusal one
+  line: an unknown flag (with absl's nearest match), a bad value or a missing required flag, and
+  arguments that are not flags. `error: <name>: ...` on stderr, exit status 2.
+
+  With `config_overrides` (the sweep runner) `--config.FIELD=VALUE` is taken as the entry point
+  `cocod_jax.main` takes it, an override of every point (the same as `--set FIELD=VALUE`)."""
+  from cocod_jax import errors  # pylint: disable=g-import-not-at-top
+
+  if config_overrides:
+    argv = [f'--set={a[len("--config.") :]}' if a.startswith('--config.') else a for a in argv]
+  list_in_help()
+  try:
+    rest = read(argv)
+  except flags.Error as e:
+    errors.fail(errors.UsageError(f'{name}: {" ".join(str(e).split())}'), errors.EXIT_USAGE)
+  if len(rest) > 1:
+    extra = ' '.join(rest[1:])
+    problem = f'{name}: unexpected arguments {extra!r}; every input is a --flag=value'
+    errors.fail(errors.UsageError(problem + ' (--helpshort lists them)'), errors.EXIT_USAGE)
+  return rest

@@ -49,8 +49,9 @@ def _flag_error(error, argv) -> str | errors.UsageError:
 
 def parse_flags(argv):
   """absl's flag parsing, with every refusal turned into one line and exit status 2."""
+  cocod_flags.list_in_help()
   try:
-    rest = FLAGS(argv)
+    rest = cocod_flags.read(argv)
     # ml_collections defers a config file that failed to load until the config is first read.
     if FLAGS['config'].present:
       FLAGS.config.keys()

@@ -52,7 +52,9 @@ from absl import app
 from absl import flags
 import numpy as np
 
+from cocod_jax import errors
 from cocod_jax import files
+from cocod_jax import flags as cocod_flags
 from cocod_jax import provenance
 from cocod_jax import timeline
 from launch import plot_timeline
@@ -642,16 +644,18 @@ def main(argv):
   out = FLAGS.out
   unknown = sorted(set(FLAGS.sections) - set(SECTIONS))
   if unknown:
-    sys.exit(f'bench: --sections has {unknown}; allowed: {list(SECTIONS)}')
+    errors.fail(f'bench: --sections has {unknown}; allowed: {list(SECTIONS)}', errors.EXIT_USAGE)
   if FLAGS.render_only:
     path = os.path.join(out, 'bench.json')
     if not os.path.exists(path):
-      raise SystemExit(f'bench: --render_only needs {path} from an earlier run')
+      errors.fail(f'bench: --render_only needs {path} from an earlier run', errors.EXIT_USAGE)
     with open(path) as f:
       report = json.load(f)
   else:
     if os.geteuid() != 0:
-      sys.exit('bench: the simulated network needs root (network namespaces and tc); run as root')
+      errors.fail(
+        'bench: the simulated network needs root (network namespaces and tc); run as root'
+      )
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, 'bench.json')
     report = {}
@@ -666,4 +670,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=lambda a: cocod_flags.parse(a, 'bench'))

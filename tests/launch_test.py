@@ -135,11 +135,11 @@ def test_slurm_local_without_root_says_so(tmp_path, verb):
 
 
 def test_readme_one_node_slurm_command_is_the_tested_one():
-  # The one-node overrides that README and the example's header give are those the Slurm tests
-  # submit with (tests/slurm_test.py ONE_NODE).
+  # The one-node overrides that docs/launching.md and the example's header give are those the
+  # Slurm tests submit with (tests/slurm_test.py ONE_NODE).
   from tests import slurm_test
 
   flags = ' '.join(slurm_test.ONE_NODE)
-  for path in ('README.md', 'launch/slurm_example.sbatch'):
+  for path in ('docs/launching.md', 'launch/slurm_example.sbatch'):
     text = open(os.path.join(ROOT, path)).read()
     assert f'sbatch {flags} \\' in text, path

@@ -1,15 +1,19 @@
-"""The README's measured results are the committed artefacts': the block equals their rendering,
-each table's verdicts follow from its committed per-example correctness, and the prose around
-the block quotes only figures its paragraph's artefacts print."""
+"""The documents' measured results are the committed artefacts': every generated part (the results
+in docs/results.md, the benchmark's targets and the exit statuses in README.md) equals its
+rendering, each table's verdicts follow from its committed per-example correctness, the prose
+about the results quotes only figures its paragraph's artefacts print, and the documents cite
+only files the repository holds."""
 
 import json
 import os
 import re
 import subprocess
+import sys
 
 import numpy as np
 import pytest
 
+from cocod_jax import errors
 from cocod_jax import provenance
 from cocod_jax.experiments import correctness
 from cocod_jax.experiments import readme
@@ -17,20 +21,49 @@ from cocod_jax.experiments import stats
 
 ROOT = provenance.ROOT
 FOLDER = os.path.join(ROOT, readme.FOLDER)
+DOCUMENTS = ['README.md'] + sorted(
+  os.path.join('docs', n) for n in os.listdir(os.path.join(ROOT, 'docs')) if n.endswith('.md')
+)
 
 
-def test_readme_block_is_the_artefacts_rendering():
-  with open(os.path.join(ROOT, 'README.md')) as f:
-    text = f.read()
-  assert readme.splice(text, readme.render()) == text, (
-    'README.md differs from docs/paper-cpu: run python -m cocod_jax.experiments.readme'
+def _read(path: str) -> str:
+  with open(os.path.join(ROOT, path)) as f:
+    return f.read()
+
+
+def test_generated_parts_are_their_rendering():
+  for path, (now, new) in readme.rendered().items():
+    assert now == new, f'{path} differs: run python -m cocod_jax.experiments.readme --write'
+
+
+def test_a_part_needs_both_markers():
+  part = readme.Part('x.md', 'exit codes', readme.exit_codes)
+  begin, end = (
+    '<!-- exit codes: rendered by python -m cocod_jax.experiments.readme; do not edit -->',
+    ('<!-- end of exit codes -->'),
   )
+  got = part.splice(f'a {begin} old {end} b', ROOT)
+  assert got.startswith(f'a {begin}\n\n| status | meaning |') and got.endswith(f'{end} b')
+  with pytest.raises(ValueError, match='x.md lacks the markers'):
+    part.splice('no markers here', ROOT)
 
 
-def test_splice_needs_both_markers():
-  assert readme.splice(f'a {readme.BEGIN} old {readme.END} b', 'new') == 'a new b'
-  with pytest.raises(ValueError, match='lacks the markers'):
-    readme.splice('no markers here', 'new')
+def test_readme_prints_every_exit_status():
+  text = _read('README.md')
+  for code, meaning in errors.EXIT_CODES.items():
+    assert f'| {code} | {meaning} |' in text
+
+
+def test_the_renderer_writes_only_when_asked(tmp_path):
+  # No argument (or --help) never rewrites a document: one line and exit 2, or the usage.
+  before = {path: _read(path) for path in ('README.md', os.path.join('docs', 'results.md'))}
+  for args, status in (([], 2), (['--wrtie'], 2), (['--help'], 0), (['--check'], 0)):
+    p = subprocess.run([sys.executable, '-m', 'cocod_jax.experiments.readme', *args], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert p.returncode == status, (args, p.stderr)
+    if status == 2:
+      assert p.stderr.count('\n') == 1 and p.stderr.startswith('error: usage:'), p.stderr
+  assert before == {path: _read(path) for path in before}
 
 
 @pytest.mark.parametrize('name', [a for a in readme.ARTEFACTS if a.startswith('table')])
@@ -83,20 +116,66 @@ def test_correction_verdicts_follow_from_the_committed_correctness():
   assert checked >= 1
 
 
-def test_artefacts_name_a_commit_of_this_repository():
-  for name in readme.ARTEFACTS + ('overlap', 'long_schedule'):
+def test_artefacts_name_commits_of_this_repository():
+  shallow = subprocess.run(['git', 'rev-parse', '--is-shallow-repository'], cwd=ROOT,
+                           capture_output=True, text=True, check=False)  # fmt: skip
+  if shallow.stdout.strip() != 'false':
+    pytest.skip('a shallow clone (or no git): the commits the artefacts name cannot be looked up')
+  checked = 0
+  for name in readme.ARTEFACTS + ('period_auto', 'mnist1d_check'):
     path = os.path.join(FOLDER, f'{name}.json')
     if not os.path.exists(path):
       continue
     with open(path) as f:
       data = json.load(f)
-    assert len(data['commit']) == 40 and data['dirty'] in (True, False), name
-    known = subprocess.run(['git', 'cat-file', '-e', data['commit'] + '^{commit}'], cwd=ROOT,
-                           capture_output=True, check=False)  # fmt: skip
-    shallow = subprocess.run(['git', 'rev-parse', '--is-shallow-repository'], cwd=ROOT,
-                             capture_output=True, text=True, check=False)  # fmt: skip
-    ok = known.returncode == 0 or shallow.stdout.strip() == 'true'
-    assert ok, f'{name}: commit {data["commit"]} unknown'
+    commits = [(data['commit'], data['dirty'])]
+    commits += [(r['commit'], r['dirty']) for r in data.get('run_commits', [])]
+    for commit, dirty in commits:
+      assert len(commit) == 40 and dirty in (True, False), name
+      known = subprocess.run(['git', 'cat-file', '-e', commit + '^{commit}'], cwd=ROOT,
+                             capture_output=True, check=False)  # fmt: skip
+      assert known.returncode == 0, f'{name}: commit {commit} unknown'
+      checked += 1
+  assert checked >= len(readme.ARTEFACTS)
+
+
+def test_no_point_directory_or_command_holds_a_path_of_the_machine_that_made_it():
+  for name in readme.ARTEFACTS:
+    path = os.path.join(FOLDER, f'{name}.json')
+    if not os.path.exists(path):
+      continue
+    with open(path) as f:
+      data = json.load(f)
+    if 'run_commits' not in data:
+      continue  # A record of an earlier build (its provenance line says so).
+    assert not os.path.isabs(data['command'].split('--workdir=')[-1]), name
+    for point in data.get('points', []):
+      assert not os.path.isabs(point['dir']), (name, point['dir'])
+
+
+# Paths the documents name: a Markdown link's target, or a backticked path of the repository.
+_LINK = re.compile(r'\]\(([^)#\s]+)\)')
+_PATH = re.compile(r'`((?:cocod_jax|configs|launch|tests|docs)/[\w./-]*\w)`')
+
+
+def test_documents_cite_only_what_the_repository_holds():
+  for path in DOCUMENTS:
+    text = _read(path)
+    folder = os.path.dirname(os.path.join(ROOT, path))
+    for target in _LINK.findall(text):
+      if target.startswith('http'):
+        continue
+      assert os.path.exists(os.path.join(folder, target)), f'{path} links to {target}'
+    for named in _PATH.findall(text):
+      if any(c in named for c in '<>*{'):
+        continue
+      assert os.path.exists(os.path.join(ROOT, named)), f'{path} names {named}'
+    for outside in ('ALGORITHMS.md', 'NOTES.md', 'STYLE.md', 'LAYOUT.md', 'EXPERIMENTS.md'):
+      assert outside not in text, f'{path} cites {outside}, which is not in the repository'
+
+
+def test_readme_is_short():
+  assert len(_read('README.md').splitlines()) <= 300
 
 
 # A figure with two decimals, with its sign where one is written (after a space or a bracket, so
@@ -106,21 +185,26 @@ FIGURE = re.compile(r'(?:(?<=[\s(\[])[-+])?\d+\.\d\d(?![\d])x?')
 NAMED = {'Table 1': 'table1', 'Table 2': 'table2', 'Figure 3': 'fig3', 'Figure 4': 'fig4',
          'Figure 6': 'fig6', 'ablation': 'ablation', 'corrections': 'corrections',
          'overlap.md': 'overlap', 'long_schedule.md': 'long_schedule'}  # fmt: skip
-OVERLAP = '## Overlap with less staleness'  # The section on overlap.md (issue 30).
+RESULTS = os.path.join('docs', 'results.md')
 
 
-def _results_paragraphs(text: str) -> list[tuple[str, set[str]]]:
-  """The README's prose about the committed results, outside the rendered block, as paragraphs,
-  each with the artefacts it names: the section on the corrections (all of it about
-  corrections.md), the section on the overlap options (all of it about overlap.md), what
-  follows the block up to the benchmark (which quotes `make bench`) and the summary at the top
-  ('What was found'), paragraph by paragraph."""
-  section = text[text.index('## Beyond the paper') : text.index(OVERLAP)]
-  overlap = text[text.index(OVERLAP) : text.index("## The paper's experiments")]
-  after = text[text.index(readme.END) + len(readme.END) : text.index('## Benchmark')]
-  found = text[text.index('## What was found') : text.index('## Install')]
-  out = [(section, {'corrections'}), (overlap, {'overlap'})]
-  for paragraph in (after + '\n\n' + found).split('\n\n'):
+def _between(text: str, start: str, end: str) -> str:
+  return text[text.index(start) : text.index(end)]
+
+
+def _results_paragraphs() -> list[tuple[str, set[str]]]:
+  """The prose about the committed results, as paragraphs, each with the artefacts it names: in
+  docs/results.md the section on the overlap options (all of it about overlap.md) and the one on
+  the corrections (corrections.md), and paragraph by paragraph the reading of the paper's
+  artefacts and README's summary at the top ('What was found')."""
+  results = _read(RESULTS)
+  text = _read('README.md')
+  overlap = _between(results, '## Overlap with less staleness', '## Beyond the paper')
+  corrections = _between(results, '## Beyond the paper', '## The artefacts')
+  reading = _between(results, "## What the paper's artefacts say", '## Overlap with less staleness')
+  found = _between(text, '## What was found', '## Install')
+  out = [(overlap, {'overlap'}), (corrections, {'corrections'})]
+  for paragraph in (reading + '\n\n' + found).split('\n\n'):
     out.append((paragraph, {name for words, name in NAMED.items() if words in paragraph}))
   return out
 
@@ -134,8 +218,7 @@ def test_results_prose_quotes_only_figures_of_the_artefacts_it_names():
   # Every such figure in that prose (accuracies, differences, intervals, r, speedups) is printed,
   # in the same form, in an artefact its paragraph names (docs/paper-cpu/<name>.md): rerendered
   # artefacts whose numbers moved fail here until the prose is rewritten from them.
-  with open(os.path.join(ROOT, 'README.md')) as f:
-    paragraphs = _results_paragraphs(f.read())
+  paragraphs = _results_paragraphs()
   quoted = 0
   for paragraph, names in paragraphs:
     figures = set(FIGURE.findall(paragraph))

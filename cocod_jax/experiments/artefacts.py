@@ -293,4 +293,4 @@ def main(name: str) -> None:
     del argv
     sys.exit(make(name))
 
-  app.run(run)
+  app.run(run, flags_parser=lambda a: cocod_flags.parse(a, name))

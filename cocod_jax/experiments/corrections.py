@@ -270,7 +270,7 @@ def make() -> int:
 
 def main():
   cocod_flags.define_experiment_flags()
-  app.run(lambda argv: sys.exit(make()))
+  app.run(lambda argv: sys.exit(make()), flags_parser=lambda a: cocod_flags.parse(a, 'corrections'))
 
 
 if __name__ == '__main__':

@@ -128,4 +128,4 @@ def main(argv):
 
 if __name__ == '__main__':
   cocod_flags.define_mnist1d_check_flags(PUBLISHED)
-  app.run(main)
+  app.run(main, flags_parser=lambda a: cocod_flags.parse(a, 'mnist1d_check'))

@@ -593,7 +593,7 @@ def main():
     with artefacts.registered('overlap'):  # The registered timing flags (configs/scales.py).
       sys.exit(make())
 
-  app.run(run)
+  app.run(run, flags_parser=lambda a: cocod_flags.parse(a, 'overlap'))
 
 
 if __name__ == '__main__':

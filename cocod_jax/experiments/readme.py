@@ -1,42 +1,71 @@
-"""The README's measured results, rendered from the committed artefacts and nothing else.
+"""The generated parts of README.md and docs/results.md, rendered from what they describe.
 
-    python -m cocod_jax.experiments.readme            # rewrites the block in README.md
-    python -m cocod_jax.experiments.readme --check    # exit 1 when README.md differs
+    .venv/bin/python -m cocod_jax.experiments.readme --check   # exit 1 when a part differs
+    .venv/bin/python -m cocod_jax.experiments.readme --write   # rewrites the parts in place
 
-The block between BEGIN and END in README.md is, artefact by artefact (docs/paper-cpu/<name>.md
-and .json), the artefact's own Markdown under a heading, with a line of provenance from its JSON
-(commit, whether the tree was dirty, the command, the machine). tests/readme_test.py checks that
-README.md holds exactly this rendering, so a figure in the README cannot drift from its artefact.
+Each part sits between its BEGIN and END markers:
+
+- docs/results.md, the results: artefact by artefact (docs/paper-cpu/<name>.md and .json), the
+  artefact's own Markdown under a heading, with a line from its JSON saying which commit(s) its
+  runs were made at, which commit rendered it, the command and the machine.
+- README.md, the benchmark's targets: each target line of docs/bench/bench.md, with where and when
+  it was measured.
+- README.md, the exit statuses: the table of cocod_jax/errors.py (EXIT_CODES).
+
+tests/readme_test.py checks that every part equals this rendering, so a figure or a status in
+the documents cannot drift from its source.
 """
 
+import dataclasses
 import json
 import os
 import re
 import sys
+from typing import Callable
 
+from cocod_jax import errors
 from cocod_jax import files
 from cocod_jax import provenance
 
-BEGIN = '<!-- results: rendered by python -m cocod_jax.experiments.readme; do not edit -->'
-END = '<!-- end of results -->'
 FOLDER = os.path.join('docs', 'paper-cpu')
-ARTEFACTS = ('table1', 'table2', 'fig2', 'fig5', 'fig3', 'fig6', 'fig4', 'ablation', 'corrections')
+BENCH = os.path.join('docs', 'bench')
+# The paper's artefacts, the long schedule, the overlap options, then the records of earlier
+# builds that no make target remakes (their provenance line says so).
+ARTEFACTS = (
+  'table1', 'table2', 'fig2', 'fig5', 'fig3', 'fig6', 'fig4', 'ablation', 'long_schedule',
+  'overlap', 'corrections',
+)  # fmt: skip
 
 
-def _provenance_line(data: dict) -> str:
-  commit = str(data.get('commit', 'unknown'))[:12]
-  dirty = {True: ', tree dirty', False: ', tree clean'}.get(data.get('dirty'), '')
-  points = len(data.get('points', []))
-  wall = data.get('runs_wall_s')
-  wall = f' ({wall / 60:.0f} min of runs in all)' if wall else ''
-  return (
-    f'*Artefact `{FOLDER}/{{name}}.json`: commit {commit}{dirty}; {points} runs{wall}; '
-    f'`{data.get("command", "?")}`; {data.get("hardware", "?")}.*'
-  )
+def _marker(name: str, end: bool = False) -> str:
+  if end:
+    return f'<!-- end of {name} -->'
+  return f'<!-- {name}: rendered by python -m cocod_jax.experiments.readme; do not edit -->'
+
+
+def _tree(dirty) -> str:
+  return {True: ' (tree dirty)', False: ''}.get(dirty, ' (tree unknown)')
+
+
+def provenance_line(data: dict, path: str) -> str:
+  """Where an artefact comes from, in one line: its runs' commits (from the runs' own records)
+  beside the render's, the command and the machine."""
+  render = f'{str(data.get("commit", "unknown"))[:12]}{_tree(data.get("dirty"))}'
+  runs = data.get('run_commits')
+  if runs:
+    made = '; '.join(f'{r["commit"][:12]}{_tree(r["dirty"])}: {r["runs"]}' for r in runs)
+    where = f'runs at {made}; rendered at {render}'
+  else:
+    where = (
+      f'rendered at {render}; the commits of its runs were not recorded (made before artefacts '
+      'kept them), so its runs are of that build or an earlier one'
+    )
+  machine = data.get('hardware') or data.get('machine') or '?'
+  return f'*`{path}`: {where}; `{data.get("command", "?")}`; {machine}.*'
 
 
 def section(name: str, root: str) -> str | None:
-  """One artefact's part of the block; None when it has not been made."""
+  """One artefact's part of the results; None when it has not been made."""
   md, js = (os.path.join(root, FOLDER, f'{name}.{ext}') for ext in ('md', 'json'))
   if not (os.path.exists(md) and os.path.exists(js)):
     return None
@@ -46,37 +75,102 @@ def section(name: str, root: str) -> str | None:
     data = json.load(f)
   title = lines[0].lstrip('# ').strip()
   body = '\n'.join(lines[1:]).strip('\n')
-  # Images are named relative to the artefact's folder; the README sits two levels up.
-  body = re.sub(rf'\]\(({re.escape(name)}(_\d+)?\.png)\)', rf']({FOLDER}/\1)', body)
-  return f'### {title}\n\n{_provenance_line(data).format(name=name)}\n\n{body}\n'
+  body = re.sub(r'^#+ ', '#### ', body, flags=re.M)  # The artefact's own headings, under ours.
+  # Images are named relative to the artefact's folder; docs/results.md sits one level up.
+  body = re.sub(r'\]\(([\w.-]+\.png)\)', r'](paper-cpu/\1)', body)
+  line = provenance_line(data, f'{FOLDER}/{name}.json')
+  return f'### {title}\n\n{line}\n\n{body}\n'
 
 
-def render(root: str = provenance.ROOT) -> str:
-  parts = [s for s in (section(n, root) for n in ARTEFACTS) if s is not None]
-  return BEGIN + '\n\n' + '\n'.join(parts) + '\n' + END
+def results(root: str) -> str:
+  return '\n'.join(s for s in (section(n, root) for n in ARTEFACTS) if s is not None)
 
 
-def splice(readme: str, block: str) -> str:
-  """`readme` with the text from BEGIN to END replaced by `block`."""
-  start, end = readme.find(BEGIN), readme.find(END)
-  if start < 0 or end < start:
-    raise ValueError(f'README.md lacks the markers {BEGIN!r} ... {END!r}')
-  return readme[:start] + block + readme[end + len(END) :]
+def bench_targets(root: str) -> str:
+  """The benchmark's target lines, each section's as bench.md prints them, and where they were
+  measured."""
+  md, js = (os.path.join(root, BENCH, f'bench.{ext}') for ext in ('md', 'json'))
+  if not (os.path.exists(md) and os.path.exists(js)):
+    return 'Not measured yet: `make bench` writes runs/bench/, which docs/bench/ holds.'
+  with open(md) as f:
+    lines = f.read().split('\n')
+  measured = next((line for line in lines if line.startswith('Measured')), 'Measured: ?')
+  targets = [line for line in lines if line.startswith('- ') and '(target' in line]
+  return '\n'.join([measured, '', *targets])
+
+
+def exit_codes(root: str) -> str:
+  del root
+  rows = [f'| {code} | {meaning} |' for code, meaning in sorted(errors.EXIT_CODES.items())]
+  return '\n'.join(['| status | meaning |', '|---|---|', *rows])
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+  """A generated part: the document (relative to the checkout), its marker name, its renderer."""
+
+  path: str
+  name: str
+  render: Callable[[str], str]
+
+  def splice(self, text: str, root: str) -> str:
+    """`text` with this part's block replaced by its rendering."""
+    begin, end = _marker(self.name), _marker(self.name, end=True)
+    start, stop = text.find(begin), text.find(end)
+    if start < 0 or stop < start:
+      raise ValueError(f'{self.path} lacks the markers {begin!r} ... {end!r}')
+    block = f'{begin}\n\n{self.render(root)}\n\n{end}'
+    return text[:start] + block + text[stop + len(end) :]
+
+
+PARTS = (
+  Part(os.path.join('docs', 'results.md'), 'results', results),
+  Part('README.md', 'benchmark targets', bench_targets),
+  Part('README.md', 'exit codes', exit_codes),
+)
+
+
+def rendered(root: str = provenance.ROOT) -> dict[str, tuple[str, str]]:
+  """{document: (its text now, its text with every part rendered)}."""
+  out = {}
+  for part in PARTS:
+    path = os.path.join(root, part.path)
+    if path not in out:
+      with open(path) as f:
+        text = f.read()
+      out[path] = (text, text)
+    now, new = out[path]
+    out[path] = (now, part.splice(new, root))
+  return out
+
+
+USAGE = 'usage: python -m cocod_jax.experiments.readme --check | --write'
 
 
 def main(argv) -> int:
-  path = os.path.join(provenance.ROOT, 'README.md')
-  with open(path) as f:
-    readme = f.read()
-  updated = splice(readme, render())
-  if '--check' in argv[1:]:
-    if updated != readme:
-      print(f'{path}: the results block differs from the artefacts in {FOLDER}; run '
-            'python -m cocod_jax.experiments.readme', file=sys.stderr)  # fmt: skip
-      return 1
-    return 0
-  files.write_atomic(path, updated)
-  return 0
+  args = argv[1:]
+  if args in (['-h'], ['--help'], ['--helpshort']):
+    print(__doc__)
+    return errors.EXIT_OK
+  if args not in (['--check'], ['--write']):
+    print(f'error: {USAGE} (got {" ".join(args) or "no argument"})', file=sys.stderr)
+    return errors.EXIT_USAGE
+  try:
+    documents = rendered()
+  except ValueError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return errors.EXIT_USAGE
+  stale = [path for path, (now, new) in documents.items() if now != new]
+  if args == ['--check']:
+    for path in stale:
+      print(f'{path}: differs from what it is rendered from; run '
+            'python -m cocod_jax.experiments.readme --write',
+            file=sys.stderr)  # fmt: skip
+    return errors.EXIT_NOT_FINISHED if stale else errors.EXIT_OK
+  for path in stale:
+    files.write_atomic(path, documents[path][1])
+    print(f'rewrote {os.path.relpath(path, provenance.ROOT)}')
+  return errors.EXIT_OK
 
 
 if __name__ == '__main__':

@@ -58,4 +58,7 @@ def main(argv) -> int:
 
 if __name__ == '__main__':
   cocod_flags.define_sweep_flags()
-  app.run(lambda argv: sys.exit(main(argv)))
+  app.run(
+    lambda argv: sys.exit(main(argv)),
+    flags_parser=lambda a: cocod_flags.parse(a, 'sweep', config_overrides=True),
+  )
