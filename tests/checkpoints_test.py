@@ -27,21 +27,21 @@ from cocod_jax import checkpoints
 from cocod_jax import errors
 from cocod_jax import train
 from cocod_jax import workdir
-from tests import train_test
+from tests import helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ALGOS = train_test.ALGOS + ('asynlocal_sgd',)
+ALGOS = helpers.ALGOS + ('asynlocal_sgd',)
 POINTS = {'warmup_end': 4, 'mid_epoch': 5, 'mid_round': 9}
 
 
 def _config(tmp_path, algorithm):
-  path, _, _ = train_test._tiny_npz(tmp_path, n_train=60)
+  path, _, _ = helpers.tiny_npz(tmp_path, n_train=60)
   speeds = (1.0, 2.0, 1.0) if algorithm == 'asynlocal_sgd' else ()
-  c = train_test._config(path, algorithm, 3, 5, 3, 3, speeds=speeds, ps=False)
+  c = helpers.small_config(path, algorithm, 3, 5, 3, 3, speeds=speeds, ps=False)
   c.dataset.shuffle = True
   c.algorithm.warmup_period_epochs = 1
   c.checkpoint.every_epochs = 0  # Only the SIGTERM's checkpoint.
-  train_test._warmup(c)
+  helpers.lr_warmup(c)
   return c
 
 
@@ -145,7 +145,7 @@ def test_corrections_resume_exactly(tmp_path, monkeypatch, option, point):
 
 def test_cnn_with_batchnorm_resumes_exactly(tmp_path, monkeypatch):
   # BatchNorm statistics and a shuffled, augmentation-free CNN on digits, CoCoD-SGD mid-round.
-  c = train_test.test_config.get_config()
+  c = helpers.test_config.get_config()
   c.model.name = 'cnn'
   c.num_epochs = 2
   c.batch_size = 25

@@ -21,10 +21,10 @@ from cocod_jax import results_schema
 from cocod_jax import schedules
 from cocod_jax import train
 from cocod_jax import workdir as workdir_lib
-from tests import train_test
+from tests import helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ALGOS = train_test.ALGOS
+ALGOS = helpers.ALGOS
 MPIRUN = os.path.join(ROOT, 'launch', 'mpirun.sh')
 
 
@@ -75,8 +75,8 @@ def _run_mpi(c, workdir, *extra, np_=None):
 
 def _linear_config(tmp_path, algorithm, workers):
   # Whole-shard batches (10 examples per worker) in file order: deterministic to the bit.
-  path, _, _ = train_test._tiny_npz(tmp_path, n_train=10 * workers)
-  return train_test._config(path, algorithm, workers=workers, batch=10, epochs=5, period=2)
+  path, _, _ = helpers.tiny_npz(tmp_path, n_train=10 * workers)
+  return helpers.small_config(path, algorithm, workers=workers, batch=10, epochs=5, period=2)
 
 
 # Two ranks of one worker each against the one-host cluster and the float64 reference, for every
@@ -87,8 +87,8 @@ def _linear_config(tmp_path, algorithm, workers):
 def test_mpi_equals_one_host_linear_four_unequal_ranks(tmp_path, algorithm):
   # Speeds (1, 2, 1, 2) with proportional sampling: batches M = (10, 20, 10, 20), each a whole
   # shard, so the MPI ranks must use the weights w_i = M_i / 60 exactly as the one-host cluster.
-  path, _, _ = train_test._tiny_npz(tmp_path, n_train=60)
-  c = train_test._config(
+  path, _, _ = helpers.tiny_npz(tmp_path, n_train=60)
+  c = helpers.small_config(
     path, algorithm, workers=4, batch=10, epochs=5, period=2, speeds=(1.0, 2.0, 1.0, 2.0)
   )
   assert schedules.batch_sizes(c) == [10, 20, 10, 20]
@@ -101,7 +101,7 @@ def test_mpi_equals_one_host_linear_four_unequal_ranks(tmp_path, algorithm):
 
 @pytest.mark.parametrize('algorithm', ALGOS)
 def test_mpi_close_to_one_host_cnn(tmp_path, algorithm):
-  c = train_test.test_config.get_config()
+  c = helpers.test_config.get_config()
   c.algorithm.name = algorithm
   c.model.name = 'cnn'
   c.batch_size = 25
@@ -249,11 +249,11 @@ def test_killed_rank_ends_the_job(tmp_path):
 def test_divergence_stops_every_rank(tmp_path):
   # As tests/train_test.py's divergence test, on 2 ranks: rank 1's shard overflows; the flag in
   # the allreduce tells every rank, before any takes the average in; all exit 3 with one line.
-  path, x, y = train_test._tiny_npz(tmp_path, n_train=40)
+  path, x, y = helpers.tiny_npz(tmp_path, n_train=40)
   x = x.copy()
   x[20:40] *= 1e30
   np.savez(path, x_train=x, y_train=y, x_test=x[:5], y_test=y[:5])
-  c = train_test._config(path, 'local_sgd', workers=2, batch=5, epochs=3, period=3)
+  c = helpers.small_config(path, 'local_sgd', workers=2, batch=5, epochs=3, period=3)
   args = ['--config=configs/test.py', f'--workdir={tmp_path / "run"}', '--config.backend=mpi']
   p = _mpirun(2, args + _overrides(c))
   assert p.returncode == 3, p.stderr[-3000:]
@@ -267,8 +267,8 @@ def test_divergence_stops_every_rank(tmp_path):
 
 def test_emulated_speeds_change_time_not_numbers(tmp_path):
   # Rank 0 at half speed waits after each local step; the model it ends with is the same.
-  path, _, _ = train_test._tiny_npz(tmp_path, n_train=30)
-  c = train_test._config(path, 'asynlocal_sgd', 2, 5, 3, 2, speeds=(1.0, 2.0), ps=False)
+  path, _, _ = helpers.tiny_npz(tmp_path, n_train=30)
+  c = helpers.small_config(path, 'asynlocal_sgd', 2, 5, 3, 2, speeds=(1.0, 2.0), ps=False)
   c.dataset.shuffle = True
   _run_mpi(c, tmp_path / 'plain')
   c.emulate_speeds = True
@@ -346,7 +346,7 @@ def test_workdir_of_another_runtime_is_refused(tmp_path):
   # A one-host run of 2 workers leaves its fingerprint and a checkpoint of 1 process; 2 MPI ranks
   # refuse the workdir, naming the field that differs (the checkpoint's world size would be
   # refused next: workdir_test.test_checkpoint_of_another_world_size_is_refused).
-  one = train_test.test_config.get_config()
+  one = helpers.test_config.get_config()
   one.checkpoint.every_epochs = 1
   train.train_and_evaluate(one, str(tmp_path))
   p = _mpirun(2, ['--config=configs/test.py', '--config.backend=mpi', f'--workdir={tmp_path}'])
@@ -394,7 +394,7 @@ def test_unreadable_part_on_one_rank_falls_back_on_all(tmp_path, straight_workdi
 def test_held_workdir_refused_on_every_rank(tmp_path):
   # This process holds the workdir (a run in progress); rank 0 finds the lock taken and every
   # rank refuses with the same line, exit 2, nothing started.
-  c = train_test.test_config.get_config()
+  c = helpers.test_config.get_config()
   with workdir_lib.claim(str(tmp_path), c, input_pipeline.load_checked(c)):
     p = _mpirun(2, CKPT + [f'--workdir={tmp_path}'])
   assert p.returncode == 2, p.stderr[-3000:]
@@ -452,16 +452,16 @@ def test_mpi_variants_match_reference(tmp_path):
   # CoCoD-SGD with the period warm-up, BatchNorm statistics kept per worker and averaged momentum;
   # every rank's state at the end and the final model.
   algorithm, variant = 'cocod_sgd', 'bn_local'
-  options = train_test.VARIANTS[variant]
-  path, x, y = train_test._tiny_npz(tmp_path)
-  c = train_test.variant_config(path, algorithm, **options)
+  options = helpers.VARIANTS[variant]
+  path, x, y = helpers.tiny_npz(tmp_path)
+  c = helpers.variant_config(path, algorithm, **options)
   a = c.algorithm
   _run_mpi(c, tmp_path / 'mpi', f'--config.algorithm.warmup_period_epochs={a.warmup_period_epochs}',
            f'--config.algorithm.average_batch_stats={a.average_batch_stats}',
            f'--config.algorithm.average_momentum={a.average_momentum}',
            '--config.checkpoint.every_epochs=4')  # fmt: skip
   workers = []
-  expected = train_test.variant_reference(x, y, algorithm, workers_out=workers, **options)
+  expected = helpers.variant_reference(x, y, algorithm, workers_out=workers, **options)
   _assert_ranks_match(tmp_path / 'mpi', workers, expected)
 
 
@@ -486,9 +486,9 @@ def _assert_ranks_match(workdir, workers, expected):
 def test_mpi_outer_sgd_matches_reference(tmp_path):
   # A correction whose state outlives its round (the anchor, the outer Nesterov momentum), on 3
   # ranks: every rank's state at the end and the final model against the float64 reference.
-  options = train_test.CORRECTIONS['outer_sgd']
-  path, x, y = train_test._tiny_npz(tmp_path)
-  c = train_test.correction_config(path, **options)
+  options = helpers.CORRECTIONS['outer_sgd']
+  path, x, y = helpers.tiny_npz(tmp_path)
+  c = helpers.correction_config(path, **options)
   a = c.algorithm
   _run_mpi(c, tmp_path / 'mpi', f'--config.algorithm.warmup_period_epochs={a.warmup_period_epochs}',
            f'--config.algorithm.correction={a.correction}',
@@ -496,8 +496,8 @@ def test_mpi_outer_sgd_matches_reference(tmp_path):
            f'--config.algorithm.outer_momentum={a.outer_momentum}',
            '--config.checkpoint.every_epochs=4')  # fmt: skip
   workers = []
-  expected = train_test.variant_reference(
-    x, y, 'cocod_sgd', workers_out=workers, **train_test.VARIANTS['bn_averaged'], **options
+  expected = helpers.variant_reference(
+    x, y, 'cocod_sgd', workers_out=workers, **helpers.VARIANTS['bn_averaged'], **options
   )
   _assert_ranks_match(tmp_path / 'mpi', workers, expected)
 

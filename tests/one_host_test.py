@@ -13,9 +13,9 @@ import pytest
 from cocod_jax import train
 from cocod_jax.cluster import background
 from cocod_jax.cluster import one_host
-from tests import train_test
+from tests import helpers
 
-ALGOS = train_test.ALGOS
+ALGOS = helpers.ALGOS
 
 
 def _params(workdir):
@@ -27,8 +27,8 @@ def _params(workdir):
 def test_one_device_equals_many(tmp_path, algorithm):
   # 4 workers on 1 device (all vmapped together), on 2 (two per device) and on 4 (one each):
   # the same final model bit for bit, since the average sums in the same order everywhere.
-  path, _, _ = train_test._tiny_npz(tmp_path, n_train=40)
-  c = train_test._config(path, algorithm, workers=4, batch=5, epochs=4, period=3)
+  path, _, _ = helpers.tiny_npz(tmp_path, n_train=40)
+  c = helpers.small_config(path, algorithm, workers=4, batch=5, epochs=4, period=3)
   c.dataset.shuffle = True
   c.model.name = 'cnn' if algorithm == 'cocod_sgd' else 'linear'
   runs = {}
@@ -47,7 +47,7 @@ def test_one_device_equals_many(tmp_path, algorithm):
 
 def test_sixteen_workers_on_one_device(tmp_path):
   # The paper's cluster size on one device: 16 workers vmapped together.
-  c = train_test.test_config.get_config()
+  c = helpers.test_config.get_config()
   c.num_workers = 16
   c.batch_size = 8
   c.one_host.devices = 1

@@ -20,8 +20,8 @@ from cocod_jax import period_auto
 from cocod_jax import results_schema
 from cocod_jax import train
 from configs import test as test_config
+from tests import helpers
 from tests import mpi_test
-from tests import train_test
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -117,8 +117,8 @@ def test_plan_does_not_depend_on_k(tmp_path, algorithm):
   # Unequal speeds and proportional sampling (unequal M_i): the shards and the steps of an epoch
   # are fixed before k is measured, so they must be the same for every k. AsynLocal-SGD's are
   # not (its k_i = floor(k C_i / C_min) weigh the shards), which is why auto refuses it.
-  path, _, _ = train_test._tiny_npz(tmp_path, n_train=97)
-  c = train_test._config(path, algorithm, workers=3, batch=4, epochs=1, period=1)
+  path, _, _ = helpers.tiny_npz(tmp_path, n_train=97)
+  c = helpers.small_config(path, algorithm, workers=3, batch=4, epochs=1, period=1)
   with c.unlocked():
     c.worker_speeds, c.proportional_sampling = (1.0, 1.7, 2.3), algorithm != 'asynlocal_sgd'
   dataset = input_pipeline.load_checked(c)

@@ -34,12 +34,12 @@ from cocod_jax import results_schema
 from cocod_jax import schedules
 from cocod_jax import train
 from cocod_jax.cluster import ranks
+from tests import helpers
 from tests import reference
-from tests import train_test
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MPIRUN = os.path.join(ROOT, 'launch', 'mpirun.sh')
-ALGOS = train_test.ALGOS + ('asynlocal_sgd',)
+ALGOS = helpers.ALGOS + ('asynlocal_sgd',)
 # Per layout (workers per rank): the worker speeds and the devices per rank. Rank 0 holds the
 # first W workers. Under proportional sampling M_i = 5 C_i: at 2 x 2 the ranks hold 15 and 20
 # examples a step, at 2 x 4 25 and 35.
@@ -89,10 +89,10 @@ def _exact_case(root, algorithm, width):
   ps = algorithm != 'asynlocal_sgd'
   # Shards ~ M_i k_i: 10 examples per unit of speed either way (k_i = 2 C_i for AsynLocal-SGD).
   n_train = int(10 * sum(speeds))
-  path, x, y = train_test._tiny_npz(root, n_train=n_train)
+  path, x, y = helpers.tiny_npz(root, n_train=n_train)
   period = PERIODS.get(algorithm, 2)
-  c = train_test._config(path, algorithm, 2 * width, BATCH, EPOCHS, period, speeds=speeds, ps=ps)
-  lr = train_test._warmup(c)
+  c = helpers.small_config(path, algorithm, 2 * width, BATCH, EPOCHS, period, speeds=speeds, ps=ps)
+  lr = helpers.lr_warmup(c)
   c.backend = 'mpi'
   c.mpi.devices = devices
   c.timeline.sample_every = 1
@@ -102,11 +102,11 @@ def _exact_case(root, algorithm, width):
 
 def _diverging_config(root):
   root.mkdir()
-  path, x, y = train_test._tiny_npz(root, n_train=40)
+  path, x, y = helpers.tiny_npz(root, n_train=40)
   x = x.copy()
   x[30:40] *= 1e30  # Worker 3's shard: rank 1's second worker.
   np.savez(path, x_train=x, y_train=y, x_test=x[:5], y_test=y[:5])
-  c = train_test._config(path, 'local_sgd', 4, 5, 3, 3)
+  c = helpers.small_config(path, 'local_sgd', 4, 5, 3, 3)
   c.backend = 'mpi'
   return c
 
@@ -175,7 +175,7 @@ def test_ranks_equal_one_host_and_reference(tmp_path, launch, algorithm, width):
   x, y = extra['data']
   speeds = LAYOUTS[width][0]
   sizes = schedules.batch_sizes(c)
-  shards = train_test._shards(x, y, [int(10 * s) for s in speeds])
+  shards = helpers.shards_of(x, y, [int(10 * s) for s in speeds])
   lr = extra['lr']
   expected = reference.run(
     algorithm,
@@ -270,7 +270,7 @@ def test_workers_per_rank():
     ranks.workers_per_rank(3, 2)
   with pytest.raises(ValueError, match=r'num_workers=16 need 2 MPI ranks, and this job has 4'):
     ranks.workers_per_rank(16, 4, requested=8)
-  c = train_test.test_config.get_config()
+  c = helpers.test_config.get_config()
   c.mpi.devices = -1
   c.mpi.workers_per_rank = 3  # num_workers is 2.
   assert config_validation.errors(c) == [

@@ -12,94 +12,38 @@ import numpy as np
 import pytest
 
 from cocod_jax import algorithms
-from cocod_jax import checkpoints
-from cocod_jax import config_validation
 from cocod_jax import input_pipeline
 from cocod_jax import schedules
 from cocod_jax import steps
 from cocod_jax import train
 from configs import test as test_config
+from tests import helpers
 from tests import reference
 
-ALGOS = ('ssgd', 'pipe_sgd', 'local_sgd', 'cocod_sgd')  # Those that take proportional sampling.
 
-
-def _tiny_npz(tmp_path, n_train=30, dim=5, classes=3, seed=0):
-  rs = np.random.RandomState(seed)
-  x = rs.randn(n_train + 10, dim).astype(np.float32)
-  y = rs.randint(0, classes, n_train + 10).astype(np.int32)
-  path = os.path.join(tmp_path, 'tiny.npz')
-  np.savez(path, x_train=x[:n_train], y_train=y[:n_train], x_test=x[n_train:], y_test=y[n_train:])
-  return path, x[:n_train], y[:n_train]
-
-
-def _config(path, algorithm, workers, batch, epochs, period, speeds=(), ps=True):
-  c = test_config.get_config()
-  c.dataset.name = 'npz'
-  c.dataset.path = path
-  c.dataset.shuffle = False
-  c.algorithm.name = algorithm
-  c.algorithm.period = period
-  c.num_workers = workers
-  c.batch_size = batch
-  c.num_epochs = epochs
-  c.optimizer.learning_rate = 0.5
-  c.optimizer.lr_scaling = 'none'
-  c.optimizer.decay_epochs = (1000,)
-  if speeds:
-    c.worker_speeds = speeds
-    c.proportional_sampling = ps
-  config_validation.validate(c)
-  return c
-
-
-def _warmup(c, base=0.05, epochs=2):
-  """A learning rate that changes every step: linear scaling to sum(M_i) / M times `base`,
-  reached after a linear warm-up of `epochs` epochs; returns lr(t) written from
-  docs/algorithms.md."""
-  c.optimizer.learning_rate = base
-  c.optimizer.lr_scaling = 'linear'
-  c.optimizer.warmup_epochs = epochs
-  peak = base * sum(schedules.batch_sizes(c)) / c.batch_size
-
-  def lr(t, steps_per_epoch):
-    warm = epochs * steps_per_epoch
-    return base + (peak - base) * t / warm if t < warm else peak
-
-  return lr
-
-
-def _read(workdir):
-  with np.load(os.path.join(workdir, 'final_params.npz')) as f:
-    return f['params/Dense_0/kernel'], f['params/Dense_0/bias']
-
-
-def _run(c, workdir):
-  train.train_and_evaluate(c, str(workdir))
-  return _read(workdir)
-
-
-@pytest.mark.parametrize('algorithm', ALGOS)
+@pytest.mark.parametrize('algorithm', helpers.ALGOS)
 def test_trajectory_matches_reference(tmp_path, algorithm):
   # 3 workers, 10 examples each, batch 10 (the whole shard), 7 steps with period 3, so the last
   # round is cut short by the end of training and closed by the final average.
-  path, x, y = _tiny_npz(tmp_path)
-  c = _config(path, algorithm, workers=3, batch=10, epochs=7, period=3)
-  w, b = _run(c, tmp_path / 'run')
+  path, x, y = helpers.tiny_npz(tmp_path)
+  c = helpers.small_config(path, algorithm, workers=3, batch=10, epochs=7, period=3)
+  w, b = helpers.run(c, tmp_path / 'run')
   shards = [(x[i * 10 : (i + 1) * 10], y[i * 10 : (i + 1) * 10]) for i in range(3)]
   ew, eb = reference.run(algorithm, shards, 3, 7, 0.5, 0.9, 1e-4, 3, [10, 10, 10])
   np.testing.assert_allclose(w, ew, rtol=2e-5, atol=2e-6)
   np.testing.assert_allclose(b, eb, rtol=2e-5, atol=2e-6)
 
 
-@pytest.mark.parametrize('algorithm', ALGOS)
+@pytest.mark.parametrize('algorithm', helpers.ALGOS)
 def test_weighted_average_with_unequal_batches(tmp_path, algorithm):
   # Speeds 1 and 2 with proportional sampling: M = (10, 20), shards of 10 and 20 examples in
   # file order, weights (1/3, 2/3).
-  path, x, y = _tiny_npz(tmp_path)
-  c = _config(path, algorithm, workers=2, batch=10, epochs=5, period=2, speeds=(1.0, 2.0))
+  path, x, y = helpers.tiny_npz(tmp_path)
+  c = helpers.small_config(
+    path, algorithm, workers=2, batch=10, epochs=5, period=2, speeds=(1.0, 2.0)
+  )
   assert schedules.batch_sizes(c) == [10, 20]
-  w, b = _run(c, tmp_path / 'run')
+  w, b = helpers.run(c, tmp_path / 'run')
   shards = [(x[:10], y[:10]), (x[10:30], y[10:30])]
   ew, eb = reference.run(algorithm, shards, 3, 5, 0.5, 0.9, 1e-4, 2, [10, 20])
   np.testing.assert_allclose(w, ew, rtol=2e-5, atol=2e-6)
@@ -110,35 +54,36 @@ def test_weighted_average_with_unequal_batches(tmp_path, algorithm):
 
 
 def test_local_sgd_period_one_equals_ssgd(tmp_path):
-  path, _, _ = _tiny_npz(tmp_path)
-  a = _run(_config(path, 'local_sgd', 3, 10, 6, 1), tmp_path / 'a')
-  b = _run(_config(path, 'ssgd', 3, 10, 6, 1), tmp_path / 'b')
-  np.testing.assert_allclose(a[0], b[0], rtol=1e-5, atol=1e-6)
+  path, _, _ = helpers.tiny_npz(tmp_path)
+  a = helpers.run(helpers.small_config(path, 'local_sgd', 3, 10, 6, 1), tmp_path / 'a')
+  b = helpers.run(helpers.small_config(path, 'ssgd', 3, 10, 6, 1), tmp_path / 'b')
+  np.testing.assert_allclose(a[0], b[0], rtol=1e-5, atol=1e-6)  # The kernel,
+  np.testing.assert_allclose(a[1], b[1], rtol=1e-5, atol=1e-6)  # and the bias.
 
 
 def test_cocod_one_worker_equals_plain_sgd(tmp_path):
-  path, _, _ = _tiny_npz(tmp_path)
-  a = _run(_config(path, 'cocod_sgd', 1, 30, 6, 3), tmp_path / 'a')
-  b = _run(_config(path, 'ssgd', 1, 30, 6, 3), tmp_path / 'b')
+  path, _, _ = helpers.tiny_npz(tmp_path)
+  a = helpers.run(helpers.small_config(path, 'cocod_sgd', 1, 30, 6, 3), tmp_path / 'a')
+  b = helpers.run(helpers.small_config(path, 'ssgd', 1, 30, 6, 3), tmp_path / 'b')
   np.testing.assert_array_equal(a[0], b[0])
   np.testing.assert_array_equal(a[1], b[1])
 
 
 def test_cocod_differs_from_local_sgd(tmp_path):
-  path, _, _ = _tiny_npz(tmp_path)
-  a = _run(_config(path, 'cocod_sgd', 3, 10, 6, 3), tmp_path / 'a')
-  b = _run(_config(path, 'local_sgd', 3, 10, 6, 3), tmp_path / 'b')
+  path, _, _ = helpers.tiny_npz(tmp_path)
+  a = helpers.run(helpers.small_config(path, 'cocod_sgd', 3, 10, 6, 3), tmp_path / 'a')
+  b = helpers.run(helpers.small_config(path, 'local_sgd', 3, 10, 6, 3), tmp_path / 'b')
   assert np.max(np.abs(a[0] - b[0])) > 1e-4
 
 
 def test_average_momentum_changes_local_sgd(tmp_path):
   # Local-SGD with k = 3, one step an epoch, 3 rounds: averaging the momentum with the parameters
   # (optax's trace, kept in the train state) ends elsewhere than keeping it local.
-  path, _, _ = _tiny_npz(tmp_path)
-  c = _config(path, 'local_sgd', 3, 10, 9, 3)
-  local = _run(c, tmp_path / 'local')
+  path, _, _ = helpers.tiny_npz(tmp_path)
+  c = helpers.small_config(path, 'local_sgd', 3, 10, 9, 3)
+  local = helpers.run(c, tmp_path / 'local')
   c.algorithm.average_momentum = True
-  averaged = _run(c, tmp_path / 'averaged')
+  averaged = helpers.run(c, tmp_path / 'averaged')
   assert np.all(np.isfinite(averaged[0])) and np.max(np.abs(averaged[0] - local[0])) > 1e-5
 
 
@@ -189,11 +134,11 @@ def test_results_file(tmp_path):
 def test_evaluated_model_on_training_examples(tmp_path):
   # eval_train_examples = 20 of 30: each epoch and the end also evaluate the averaged model on the
   # first 20 training examples; the final figures are the saved model's, computed here by hand.
-  path, x, y = _tiny_npz(tmp_path)
-  c = _config(path, 'cocod_sgd', workers=3, batch=10, epochs=3, period=2)
+  path, x, y = helpers.tiny_npz(tmp_path)
+  c = helpers.small_config(path, 'cocod_sgd', workers=3, batch=10, epochs=3, period=2)
   c.eval_train_examples = 20
   res = train.train_and_evaluate(c, str(tmp_path / 'run'))
-  w, b = _read(tmp_path / 'run')
+  w, b = helpers.read_final(tmp_path / 'run')
   logits = x[:20].astype(np.float64) @ w + b
   top = logits.max(axis=1, keepdims=True)
   nll = np.log(np.exp(logits - top).sum(axis=1)) + top[:, 0] - logits[np.arange(20), y[:20]]
@@ -203,7 +148,7 @@ def test_evaluated_model_on_training_examples(tmp_path):
   assert res['epochs'][-1]['avg_train_loss'] == res['final']['avg_train_loss']
 
 
-@pytest.mark.parametrize('algorithm', ALGOS)
+@pytest.mark.parametrize('algorithm', helpers.ALGOS)
 def test_step_functions_compile_once(tmp_path, monkeypatch, algorithm):
   # A counter in the Python body of each step function moves only while JAX traces it: 3 epochs
   # with the period warm-up (rounds of 1, then of 3) and a fresh batch table every epoch must not
@@ -225,8 +170,8 @@ def test_step_functions_compile_once(tmp_path, monkeypatch, algorithm):
     return fns._replace(**{n: wrap(n, getattr(fns, n)) for n in names})
 
   monkeypatch.setattr(steps, 'make_step_fns', counting)
-  path, _, _ = _tiny_npz(tmp_path)
-  c = _config(path, algorithm, workers=3, batch=5, epochs=3, period=3)
+  path, _, _ = helpers.tiny_npz(tmp_path)
+  c = helpers.small_config(path, algorithm, workers=3, batch=5, epochs=3, period=3)
   c.dataset.shuffle = True
   c.algorithm.warmup_period_epochs = 1
   train.train_and_evaluate(c, str(tmp_path / 'run'))
@@ -245,8 +190,8 @@ def test_loop_runs_under_the_transfer_guard(tmp_path, monkeypatch):
     return state, loss + np.zeros(loss.shape, np.float32)
 
   monkeypatch.setattr(algorithms.local_sgd.LocalSGD, 'step', leaky)
-  path, _, _ = _tiny_npz(tmp_path)
-  c = _config(path, 'local_sgd', workers=3, batch=10, epochs=1, period=3)
+  path, _, _ = helpers.tiny_npz(tmp_path)
+  c = helpers.small_config(path, 'local_sgd', workers=3, batch=10, epochs=1, period=3)
   with pytest.raises(Exception, match='Disallowed host-to-device transfer'):
     train.train_and_evaluate(c, str(tmp_path / 'run'))
 
@@ -255,11 +200,11 @@ def test_divergence_names_the_worker_and_keeps_the_others_clean(tmp_path):
   # Worker 1's shard has features of 1e30: its first local step overflows, the others stay
   # finite. Local-SGD with period 3 finds it at the first average and stops there: the message
   # names worker 1 only, and results.json records where.
-  path, x, y = _tiny_npz(tmp_path, n_train=60)
+  path, x, y = helpers.tiny_npz(tmp_path, n_train=60)
   x = x.copy()
   x[20:40] *= 1e30
   np.savez(path, x_train=x, y_train=y, x_test=x[:5], y_test=y[:5])
-  c = _config(path, 'local_sgd', workers=3, batch=5, epochs=3, period=3)
+  c = helpers.small_config(path, 'local_sgd', workers=3, batch=5, epochs=3, period=3)
   with pytest.raises(train.Diverged, match=r'worker\(s\) \[1\].*the end of the round.*step 2'):
     train.train_and_evaluate(c, str(tmp_path / 'run'))
   res = json.loads((tmp_path / 'run' / 'results.json').read_text())
@@ -268,49 +213,43 @@ def test_divergence_names_the_worker_and_keeps_the_others_clean(tmp_path):
   assert not (tmp_path / 'run' / 'final_params.npz').exists()
 
 
-def _shards(x, y, sizes):
-  """Contiguous shards in file order, as the library makes them without shuffling."""
-  starts = np.cumsum([0] + list(sizes))
-  return [(x[a:b], y[a:b]) for a, b in zip(starts[:-1], starts[1:])]
-
-
 def test_asynlocal_matches_reference(tmp_path):
   # Speeds (1, 2, 1, 2), k = 2: k_i = (2, 4, 2, 4); basic batch 5 for everyone; shards ~ M k_i =
   # (10, 20, 10, 20); 2 global steps an epoch, 3 epochs. The fast workers take two local steps per
   # global step, at learning rates lr_{t0} and lr_{t0 + 1} of a warm-up that changes every step.
-  path, x, y = _tiny_npz(tmp_path, n_train=60)
-  c = _config(path, 'asynlocal_sgd', 4, 5, 3, 2, speeds=(1.0, 2.0, 1.0, 2.0), ps=False)
-  lr = _warmup(c)
+  path, x, y = helpers.tiny_npz(tmp_path, n_train=60)
+  c = helpers.small_config(path, 'asynlocal_sgd', 4, 5, 3, 2, speeds=(1.0, 2.0, 1.0, 2.0), ps=False)
+  lr = helpers.lr_warmup(c)
   res = train.train_and_evaluate(c, str(tmp_path / 'run'))
   assert res['steps_per_epoch'] == 2 and res['weights'] == [0.25] * 4
   assert (res['train_examples'], res['test_examples']) == (60, 10)  # The tables' resolution.
-  w, b = _read(tmp_path / 'run')
+  w, b = helpers.read_final(tmp_path / 'run')
   expected = reference.run(
-    'asynlocal_sgd', _shards(x, y, [10, 20, 10, 20]), 3, 6, lambda t: lr(t, 2), 0.9, 1e-4, 2,
-    [5, 5, 5, 5], speeds=(1.0, 2.0, 1.0, 2.0),
+    'asynlocal_sgd', helpers.shards_of(x, y, [10, 20, 10, 20]), 3, 6, lambda t: lr(t, 2), 0.9,
+    1e-4, 2, [5, 5, 5, 5], speeds=(1.0, 2.0, 1.0, 2.0),
   )  # fmt: skip
   np.testing.assert_allclose(w, expected[0], rtol=2e-5, atol=2e-6)
   np.testing.assert_allclose(b, expected[1], rtol=2e-5, atol=2e-6)
   # The speeds matter: with equal speeds the reference ends elsewhere.
   local = reference.run(
-    'asynlocal_sgd', _shards(x, y, [10, 20, 10, 20]), 3, 6, lambda t: lr(t, 2), 0.9, 1e-4, 2,
-    [5, 5, 5, 5], speeds=(1.0, 1.0, 1.0, 1.0),
+    'asynlocal_sgd', helpers.shards_of(x, y, [10, 20, 10, 20]), 3, 6, lambda t: lr(t, 2), 0.9,
+    1e-4, 2, [5, 5, 5, 5], speeds=(1.0, 1.0, 1.0, 1.0),
   )  # fmt: skip
   assert not np.allclose(w, local[0], rtol=1e-3, atol=1e-4)
 
 
-@pytest.mark.parametrize('algorithm', ALGOS)
+@pytest.mark.parametrize('algorithm', helpers.ALGOS)
 def test_proportional_sampling_matches_reference(tmp_path, algorithm):
   # Speeds (1, 2, 1, 2) with PS: M_i = (5, 10, 5, 10), shards (10, 20, 10, 20), weights M_i / 30,
   # the learning rate scaled to 6x the basic one through a warm-up; 2 steps an epoch, 3 epochs.
-  path, x, y = _tiny_npz(tmp_path, n_train=60)
-  c = _config(path, algorithm, 4, 5, 3, 2, speeds=(1.0, 2.0, 1.0, 2.0))
-  lr = _warmup(c)
+  path, x, y = helpers.tiny_npz(tmp_path, n_train=60)
+  c = helpers.small_config(path, algorithm, 4, 5, 3, 2, speeds=(1.0, 2.0, 1.0, 2.0))
+  lr = helpers.lr_warmup(c)
   assert schedules.batch_sizes(c) == [5, 10, 5, 10]
   train.train_and_evaluate(c, str(tmp_path / 'run'))
-  w, b = _read(tmp_path / 'run')
+  w, b = helpers.read_final(tmp_path / 'run')
   expected = reference.run(
-    algorithm, _shards(x, y, [10, 20, 10, 20]), 3, 6, lambda t: lr(t, 2), 0.9, 1e-4, 2,
+    algorithm, helpers.shards_of(x, y, [10, 20, 10, 20]), 3, 6, lambda t: lr(t, 2), 0.9, 1e-4, 2,
     [5, 10, 5, 10],
   )  # fmt: skip
   np.testing.assert_allclose(w, expected[0], rtol=2e-5, atol=2e-6)
@@ -318,13 +257,13 @@ def test_proportional_sampling_matches_reference(tmp_path, algorithm):
 
 
 def test_asynlocal_with_equal_speeds_is_local_sgd(tmp_path):
-  path, _, _ = _tiny_npz(tmp_path, n_train=60)
+  path, _, _ = helpers.tiny_npz(tmp_path, n_train=60)
   runs = {}
   for algorithm in ('asynlocal_sgd', 'local_sgd'):
-    c = _config(path, algorithm, 3, 5, 3, 2, speeds=(1.5, 1.5, 1.5), ps=False)
+    c = helpers.small_config(path, algorithm, 3, 5, 3, 2, speeds=(1.5, 1.5, 1.5), ps=False)
     c.dataset.shuffle = True
-    _warmup(c)
-    runs[algorithm] = _run(c, tmp_path / algorithm)
+    helpers.lr_warmup(c)
+    runs[algorithm] = helpers.run(c, tmp_path / algorithm)
   np.testing.assert_array_equal(runs['asynlocal_sgd'][0], runs['local_sgd'][0])
   np.testing.assert_array_equal(runs['asynlocal_sgd'][1], runs['local_sgd'][1])
 
@@ -336,62 +275,21 @@ def test_asynlocal_with_equal_speeds_is_local_sgd(tmp_path):
 # averaging the statistics on the way does not change (their update is affine), so each worker's
 # state in the checkpoint at the end is compared too. Each option changes the trajectory
 # (test_variants_change_the_trajectory).
-VARIANTS = {
-  'warmup': dict(warmup=1),
-  'momentum': dict(warmup=1, average_momentum=True),
-  'bn_averaged': dict(warmup=1, bn=True, average_batch_stats=True),
-  'bn_local': dict(warmup=1, bn=True, average_batch_stats=False, average_momentum=True),
-}
-
-
-def variant_config(path, algorithm, warmup=0, bn=False, average_batch_stats=True,
-                   average_momentum=False):  # fmt: skip
-  c = _config(path, algorithm, workers=3, batch=5, epochs=4, period=3)
-  c.algorithm.warmup_period_epochs = warmup
-  c.algorithm.average_batch_stats = average_batch_stats
-  c.algorithm.average_momentum = average_momentum
-  c.model.name = 'linear_bn' if bn else 'linear'
-  c.checkpoint.every_epochs = 4  # One checkpoint: every worker's state at the end.
-  return c
-
-
-def variant_reference(x, y, algorithm, warmup=0, workers_out=None, **options):
-  """The reference's final [w, b] (and [mean, var]) for `variant_config`'s run."""
-  shards = _shards(x, y, [10, 10, 10])
-  return reference.run(algorithm, shards, 3, 8, 0.5, 0.9, 1e-4, 3, [5, 5, 5],
-                       warmup_steps=2 * warmup, workers_out=workers_out, **options)  # fmt: skip
-
-
-def read_variant(workdir):
-  """(final [w, b, (mean, var)], each worker's [w, b, momentum w, momentum b, (mean, var)])."""
-  with np.load(os.path.join(workdir, 'final_params.npz')) as f:
-    names = ['params/Dense_0/kernel', 'params/Dense_0/bias']
-    names += [n for n in ('batch_stats/BatchNorm_0/mean', 'batch_stats/BatchNorm_0/var') if n in f]
-    final = [f[n] for n in names]
-  ckpt = checkpoints.Checkpointer(str(workdir), 0, 1, lambda: None, 1)
-  state = ckpt.restore(8)[0]['state']
-  leaves = [state['params']['Dense_0'][k] for k in ('kernel', 'bias')]
-  leaves += [state['momentum']['Dense_0'][k] for k in ('kernel', 'bias')]
-  if state['batch_stats']:
-    leaves += [state['batch_stats']['BatchNorm_0'][k] for k in ('mean', 'var')]
-  return final, [[leaf[i] for leaf in leaves] for i in range(3)]
-
-
 # S-SGD and Pipe-SGD have no period and keep every worker's momentum equal: only the statistics.
-VARIANT_CASES = [(a, v) for a in ('local_sgd', 'cocod_sgd') for v in sorted(VARIANTS)] + [
+VARIANT_CASES = [(a, v) for a in ('local_sgd', 'cocod_sgd') for v in sorted(helpers.VARIANTS)] + [
   (a, v) for a in ('ssgd', 'pipe_sgd') for v in ('bn_averaged', 'bn_local')
 ]
 
 
 @pytest.mark.parametrize('algorithm,variant', VARIANT_CASES)
 def test_variants_match_reference(tmp_path, algorithm, variant):
-  options = VARIANTS[variant]
-  path, x, y = _tiny_npz(tmp_path)
-  c = variant_config(path, algorithm, **options)
+  options = helpers.VARIANTS[variant]
+  path, x, y = helpers.tiny_npz(tmp_path)
+  c = helpers.variant_config(path, algorithm, **options)
   train.train_and_evaluate(c, str(tmp_path / 'run'))
-  final, workers = read_variant(tmp_path / 'run')
+  final, workers = helpers.read_variant(tmp_path / 'run')
   expected_workers = []
-  expected = variant_reference(x, y, algorithm, workers_out=expected_workers, **options)
+  expected = helpers.variant_reference(x, y, algorithm, workers_out=expected_workers, **options)
   assert len(final) == len(expected) and len(workers[0]) == len(expected_workers[0])
   for got, want in zip(final + sum(workers, []), expected + sum(expected_workers, [])):
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
@@ -400,19 +298,19 @@ def test_variants_match_reference(tmp_path, algorithm, variant):
 def test_variants_change_the_trajectory(tmp_path):
   # Each option moves what the reference ends with (the final model or a worker's state), so a
   # run that ignored it could not match.
-  _, x, y = _tiny_npz(tmp_path)
+  _, x, y = helpers.tiny_npz(tmp_path)
 
   def ends(algorithm, **options):
     workers = []
-    final = variant_reference(x, y, algorithm, workers_out=workers, **options)
+    final = helpers.variant_reference(x, y, algorithm, workers_out=workers, **options)
     return np.concatenate([a.ravel() for a in final + sum(workers, [])])
 
   for algorithm in ('local_sgd', 'cocod_sgd'):  # S-SGD and Pipe-SGD have no period.
     assert not np.allclose(ends(algorithm, warmup=1), ends(algorithm), rtol=1e-5)
-    momentum = ends(algorithm, **VARIANTS['momentum'])
+    momentum = ends(algorithm, **helpers.VARIANTS['momentum'])
     assert not np.allclose(momentum, ends(algorithm, warmup=1), rtol=1e-5)
   for algorithm in ('pipe_sgd', 'local_sgd', 'cocod_sgd'):  # S-SGD's workers stay identical.
-    options = {**VARIANTS['bn_local'], 'average_momentum': False}
+    options = {**helpers.VARIANTS['bn_local'], 'average_momentum': False}
     kept = ends(algorithm, **options)
     averaged = ends(algorithm, **{**options, 'average_batch_stats': True})
     assert not np.allclose(kept, averaged, rtol=1e-5), algorithm
@@ -425,42 +323,19 @@ def test_variants_change_the_trajectory(tmp_path):
 # take the snapshot inside the round), the eager update (lambda < 1 with and without the
 # extrapolation gamma; with `warmup=0` the rounds are 0-2, 3-5 and 6-7, cut by the end of
 # training, so the evaluated model counts a round in flight) and the anchor.
-CORRECTIONS = {
-  'reset': dict(correction='reset'),
-  'blend': dict(correction='blend', alpha=0.5),
-  'outer_sgd': dict(correction='outer_sgd', outer=(0.7, 0.9, True)),
-  'delay_1': dict(correction='cocod', delay=1),
-  'delay_2': dict(correction='cocod', delay=2),
-  'eager_half_gamma_1': dict(correction='eager', eager=(0.5, 1.0)),
-  'eager_sixteenth': dict(correction='eager', eager=(1 / 16, 0.0)),
-  'eager_in_flight': dict(correction='eager', eager=(0.25, 1.0), warmup=0),
-  'anchor': dict(correction='anchor', anchor=(0.6, 0.7)),
-  'anchor_no_momentum': dict(correction='anchor', anchor=(0.5, 0.0)),
-}
-
-
-def correction_config(path, correction, alpha=0.0, outer=(0.7, 0.9, True), eager=(1.0, 0.0),
-                      anchor=(0.6, 0.7), delay=None, warmup=1):  # fmt: skip
-  c = variant_config(path, 'cocod_sgd', **{**VARIANTS['bn_averaged'], 'warmup': warmup})
-  c.algorithm.correction = correction
-  c.algorithm.alpha = alpha
-  c.algorithm.outer_lr, c.algorithm.outer_momentum, c.algorithm.outer_nesterov = outer
-  c.algorithm.eager_lambda, c.algorithm.eager_gamma = eager
-  c.algorithm.anchor_pull, c.algorithm.anchor_momentum = anchor
-  c.algorithm.delay = delay
-  config_validation.validate(c)
-  return c
-
-
-@pytest.mark.parametrize('correction', sorted(CORRECTIONS))
+@pytest.mark.parametrize('correction', sorted(helpers.CORRECTIONS))
 def test_corrections_match_reference(tmp_path, correction):
-  options = CORRECTIONS[correction]
-  path, x, y = _tiny_npz(tmp_path)
-  train.train_and_evaluate(correction_config(path, **options), str(tmp_path / 'run'))
-  final, workers = read_variant(tmp_path / 'run')
+  options = helpers.CORRECTIONS[correction]
+  path, x, y = helpers.tiny_npz(tmp_path)
+  train.train_and_evaluate(helpers.correction_config(path, **options), str(tmp_path / 'run'))
+  final, workers = helpers.read_variant(tmp_path / 'run')
   expected_workers = []
-  expected = variant_reference(
-    x, y, 'cocod_sgd', workers_out=expected_workers, **{**VARIANTS['bn_averaged'], **options}
+  expected = helpers.variant_reference(
+    x,
+    y,
+    'cocod_sgd',
+    workers_out=expected_workers,
+    **{**helpers.VARIANTS['bn_averaged'], **options},
   )
   for got, want in zip(final + sum(workers, []), expected + sum(expected_workers, [])):
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
@@ -469,14 +344,14 @@ def test_corrections_match_reference(tmp_path, correction):
 def test_corrections_change_the_trajectory(tmp_path):
   # Every correction ends elsewhere than the paper's and than the others, so a run that ignored
   # the field, or mixed two up, could not match the reference.
-  _, x, y = _tiny_npz(tmp_path)
+  _, x, y = helpers.tiny_npz(tmp_path)
 
   def ends(**options):
     workers = []
-    final = variant_reference(x, y, 'cocod_sgd', workers_out=workers, **options)
+    final = helpers.variant_reference(x, y, 'cocod_sgd', workers_out=workers, **options)
     return np.concatenate([a.ravel() for a in final + sum(workers, [])])
 
-  seen = [ends(warmup=1)] + [ends(**{'warmup': 1, **o}) for o in CORRECTIONS.values()]
+  seen = [ends(warmup=1)] + [ends(**{'warmup': 1, **o}) for o in helpers.CORRECTIONS.values()]
   seen.append(ends(warmup=1, correction='outer_sgd', outer=(0.7, 0.0, True)))  # No momentum.
   seen.append(ends(warmup=1, correction='outer_sgd', outer=(0.7, 0.9, False)))  # Heavy ball.
   for i in range(len(seen)):
@@ -488,11 +363,14 @@ def test_corrections_change_the_trajectory(tmp_path):
 def test_full_delay_and_eager_one_zero_are_cocod(tmp_path, options):
   # tau = k snapshots at the round's start (the paper's, to the bit); lambda = 1, gamma = 0 gives
   # C + (a - C) + (x - s), the paper's up to the rounding of C + (a - C) in float32.
-  path, _, _ = _tiny_npz(tmp_path)
-  train.train_and_evaluate(correction_config(path, 'cocod'), str(tmp_path / 'cocod'))
-  c = correction_config(path, **{'correction': 'cocod', **options})
+  path, _, _ = helpers.tiny_npz(tmp_path)
+  train.train_and_evaluate(helpers.correction_config(path, 'cocod'), str(tmp_path / 'cocod'))
+  c = helpers.correction_config(path, **{'correction': 'cocod', **options})
   train.train_and_evaluate(c, str(tmp_path / 'option'))
-  (f0, w0), (f1, w1) = read_variant(tmp_path / 'cocod'), read_variant(tmp_path / 'option')
+  (f0, w0), (f1, w1) = (
+    helpers.read_variant(tmp_path / 'cocod'),
+    helpers.read_variant(tmp_path / 'option'),
+  )
   for got, want in zip(f1 + sum(w1, []), f0 + sum(w0, [])):
     if 'delay' in options:
       np.testing.assert_array_equal(got, want)
@@ -501,11 +379,11 @@ def test_full_delay_and_eager_one_zero_are_cocod(tmp_path, options):
 
 
 def test_blend_zero_is_reset_to_the_bit(tmp_path):
-  path, _, _ = _tiny_npz(tmp_path)
+  path, _, _ = helpers.tiny_npz(tmp_path)
   runs = []
   for name, options in (('reset', {}), ('blend', {'alpha': 0.0})):
-    train.train_and_evaluate(correction_config(path, name, **options), str(tmp_path / name))
-    runs.append(read_variant(tmp_path / name))
+    train.train_and_evaluate(helpers.correction_config(path, name, **options), str(tmp_path / name))
+    runs.append(helpers.read_variant(tmp_path / name))
   for got, want in zip(runs[1][0] + sum(runs[1][1], []), runs[0][0] + sum(runs[0][1], [])):
     np.testing.assert_array_equal(got, want)
 
@@ -513,11 +391,14 @@ def test_blend_zero_is_reset_to_the_bit(tmp_path):
 def test_outer_sgd_at_lr_one_without_momentum_is_cocod(tmp_path):
   # g' = g - 1 * (g - a) = a, so x <- a + (x - s): the paper's correction, up to the rounding of
   # g - (g - a) in float32.
-  path, _, _ = _tiny_npz(tmp_path)
-  train.train_and_evaluate(correction_config(path, 'cocod'), str(tmp_path / 'cocod'))
-  c = correction_config(path, 'outer_sgd', outer=(1.0, 0.0, True))
+  path, _, _ = helpers.tiny_npz(tmp_path)
+  train.train_and_evaluate(helpers.correction_config(path, 'cocod'), str(tmp_path / 'cocod'))
+  c = helpers.correction_config(path, 'outer_sgd', outer=(1.0, 0.0, True))
   train.train_and_evaluate(c, str(tmp_path / 'outer'))
-  (f0, w0), (f1, w1) = read_variant(tmp_path / 'cocod'), read_variant(tmp_path / 'outer')
+  (f0, w0), (f1, w1) = (
+    helpers.read_variant(tmp_path / 'cocod'),
+    helpers.read_variant(tmp_path / 'outer'),
+  )
   for got, want in zip(f1 + sum(w1, []), f0 + sum(w0, [])):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
@@ -527,14 +408,14 @@ def test_reset_with_period_one_is_pipe_sgd(tmp_path):
   # snapshots is a + sum_i w_i d_i, the momentum step of the averaged gradient taken one round
   # earlier: Pipe-SGD's x_{t+1} = OPT(x_t, gbar_{t-1}), without weight decay (Pipe-SGD decays
   # x_t, reset the model the gradient was taken at) and without BatchNorm.
-  path, _, _ = _tiny_npz(tmp_path)
+  path, _, _ = helpers.tiny_npz(tmp_path)
   finals = {}
   for algorithm in ('pipe_sgd', 'cocod_sgd'):
-    c = _config(path, algorithm, workers=3, batch=5, epochs=3, period=1)
+    c = helpers.small_config(path, algorithm, workers=3, batch=5, epochs=3, period=1)
     c.optimizer.weight_decay = 0.0
     c.algorithm.correction = 'reset' if algorithm == 'cocod_sgd' else 'cocod'
-    finals[algorithm] = _run(c, tmp_path / algorithm)
+    finals[algorithm] = helpers.run(c, tmp_path / algorithm)
   for got, want in zip(finals['cocod_sgd'], finals['pipe_sgd']):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
   c.algorithm.period = 2  # Not with longer rounds: the equality is the period's.
-  assert not np.allclose(_run(c, tmp_path / 'k2')[0], finals['pipe_sgd'][0], rtol=1e-3)
+  assert not np.allclose(helpers.run(c, tmp_path / 'k2')[0], finals['pipe_sgd'][0], rtol=1e-3)

@@ -20,15 +20,15 @@ from cocod_jax import input_pipeline
 from cocod_jax import train
 from cocod_jax import workdir
 from tests import checkpoints_test
+from tests import helpers
 from tests import main_test
-from tests import train_test
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _config(tmp_path, epochs=3, every=0):
-  path, _, _ = train_test._tiny_npz(tmp_path, n_train=60)
-  c = train_test._config(path, 'cocod_sgd', 3, 5, epochs, 3, ps=False)
+  path, _, _ = helpers.tiny_npz(tmp_path, n_train=60)
+  c = helpers.small_config(path, 'cocod_sgd', 3, 5, epochs, 3, ps=False)
   c.dataset.shuffle = True
   c.checkpoint.every_epochs = every
   c.checkpoint.keep = 5

@@ -256,9 +256,12 @@ def save_figure(fig, name: str) -> str:
   return path
 
 
-def curves(points, algos, tasks, task_title, x_key, y_key, y_scale, title, name, ylabel, xlabel):
+def curves(
+  points, algos, tasks, task_title, x_key, y_key, y_scale, title, name, ylabel, xlabel, lines=None
+):
   """A 2x2 (or 1x1) panel figure: one line per algorithm (the mean over seeds), a band from the
-  lowest to the highest seed, `x_key`/`y_key` fields of each epoch record."""
+  lowest to the highest seed, `x_key`/`y_key` fields of each epoch record; `lines`: {task:
+  (y, label)} drawn across the task's panel (a time figure's target)."""
   plt = _pyplot()
   cols = 2 if len(tasks) > 1 else 1
   rows = (len(tasks) + 1) // 2 if len(tasks) > 1 else 1
@@ -279,6 +282,9 @@ def curves(points, algos, tasks, task_title, x_key, y_key, y_scale, title, name,
       if len(runs) > 1:
         low, high = [min(y) for y in ys], [max(y) for y in ys]
         ax.fill_between(xs, low, high, color=style(algo)['color'], alpha=0.15)
+    if lines and lines.get(task) is not None:
+      y, label = lines[task]
+      ax.axhline(y, color='k', ls='--', lw=0.8, label=label)
     ax.set_title(task_title(task, FLAGS.scale), fontsize=9)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -421,9 +427,13 @@ def time_to_accuracy(by_link, algos, tasks, setting, task_title, name, title, ta
   fmt = lambda v, f: '-' if v is None else f.format(v)
   for i, (link, points) in enumerate(by_link.items()):
     png = name if i == 0 else f'{name}_{i + 1}'
+    target_lines = {
+      t: (targets[t], f'target {targets[t]:.2f}%') for t in tasks if targets.get(t) is not None
+    }
     curves(
       points, algos, tasks, task_title, 'train_time_s', 'test_accuracy', 100.0,
       f'{title}, {link}', png, 'test accuracy (%)', 'training time (s), evaluation excluded',
+      lines=target_lines,
     )  # fmt: skip
     lines += [
       '',
@@ -604,7 +614,10 @@ def speedup(points, algos, link, largest=16):
   plt = _pyplot()
   fig, ax = plt.subplots(figsize=(6, 4.2))
   ns = list(range(1, largest + 1))
-  ax.plot(ns, ns, 'k--', lw=0.8, label='ideal')
+  # Drawn on the measured range only (the model beyond it is in the JSON, not on the axis).
+  measured = sorted({int(p.arg['workers']) for p in points if p.results}) or [1]
+  shown = list(range(1, measured[-1] + 1))
+  ax.plot(shown, shown, ':', color='0.5', lw=0.8, label='ideal')
   lines = [
     '# Figure 4: time speedup against workers',
     '',
@@ -627,13 +640,14 @@ def speedup(points, algos, link, largest=16):
         f'| {row["Tc_s"] * 1e3:.1f} | {row["r"]:.2f} |'
       )
     name, color = published.NAMES[algo], COLORS[algo]
-    ax.plot([r['workers'] for r in algo_rows], [r['speedup'] for r in algo_rows], 'o',
+    ax.plot([r['workers'] for r in algo_rows], [r['speedup'] for r in algo_rows], 'o-',
             color=color, label=name)  # fmt: skip
     model = model_row['model']
-    ax.plot(ns, [model[str(n)] for n in ns], ':', color=color, label=f'{name} (model)')
+    ax.plot(shown, [model[str(n)] for n in shown], '--', color=color, lw=1, label=f'{name} (model)')
   ax.set_xlabel('workers')
   ax.set_ylabel('speedup (epoch time at 1 / at N)')
-  ax.set_title(f'{FLAGS.scale} scale, MPI, {link}; markers measured, dotted: model', fontsize=9)
+  ax.set_xticks(shown)
+  ax.set_title(f'{FLAGS.scale} scale, MPI, {link}; markers measured, dashed: model', fontsize=9)
   ax.legend(fontsize=6, ncol=2)
   ax.grid(alpha=0.3)
   fig.tight_layout()
