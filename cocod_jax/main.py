@@ -16,9 +16,9 @@ import sys
 from absl import app
 from absl import logging
 
-from cocod_jax import config_files
-from cocod_jax import errors
-from cocod_jax import flags as cocod_flags
+from cocod_jax.config import errors
+from cocod_jax.config import files as config_files
+from cocod_jax.config import flags as cocod_flags
 
 FLAGS = cocod_flags.FLAGS
 _RANK = ''  # 'rank r: ' under MPI, so that every line says which process refused.
@@ -76,21 +76,22 @@ def _prepare_data(config, rank, broadcast):
   Without a network nothing happens here: loading then refuses within seconds, naming the
   dataset, the directory searched and the command that prepares it.
   """
-  from cocod_jax import input_pipeline  # pylint: disable=g-import-not-at-top
+  from cocod_jax.data import cifar
+  from cocod_jax.data import pipeline as input_pipeline  # pylint: disable=g-import-not-at-top
 
   name = config.dataset.name
-  if name not in input_pipeline.TFDS_DATASETS:
+  if name not in cifar.TFDS_DATASETS:
     return
   problem = None
   if rank == 0:
-    ready = input_pipeline.is_prepared(name, config.data_dir)
-    if not ready and input_pipeline.network_reachable(name):
-      where = input_pipeline.resolve_data_dir(config.data_dir)
+    ready = cifar.is_prepared(name, config.data_dir)
+    if not ready and cifar.network_reachable(name):
+      where = cifar.resolve_data_dir(config.data_dir)
       print(
         f'{name} is not prepared in {where}: downloading it once (other ranks wait)', flush=True
       )
       try:
-        input_pipeline.prepare(name, config.data_dir)
+        cifar.prepare(name, config.data_dir)
       except input_pipeline.DataError as e:
         problem = str(e)
   problem = broadcast(problem)
@@ -101,7 +102,7 @@ def _prepare_data(config, rank, broadcast):
 def _start_mpi(config):
   """Starts MPI with the environment this runtime needs; returns (rank, broadcast)."""
   global _RANK
-  from cocod_jax import config_validation  # pylint: disable=g-import-not-at-top
+  from cocod_jax.config import validation as config_validation  # pylint: disable=g-import-not-at-top
 
   # Open MPI busy-polls inside a blocking collective. Beside the training steps that spinning
   # thread took a third of the CPU from them on 2 cores (measured: 10 steps 3.47 s alone,
@@ -144,9 +145,9 @@ def _check_devices(config):
 
 def _train(config, dataset):
   """Runs training; every way it can end short becomes one line and its exit status."""
-  from cocod_jax import checkpoints  # pylint: disable=g-import-not-at-top
   from cocod_jax import train  # pylint: disable=g-import-not-at-top
-  from cocod_jax import workdir  # pylint: disable=g-import-not-at-top
+  from cocod_jax.record import checkpoints  # pylint: disable=g-import-not-at-top
+  from cocod_jax.record import workdir  # pylint: disable=g-import-not-at-top
 
   try:
     train.train_and_evaluate(config, FLAGS.workdir, dataset)
@@ -181,7 +182,7 @@ def _train_mpi(config, dataset):
 def _check_workdir(config):
   """The workdir can hold the run, and a one-host run is not one of several MPI processes (each
   would run every worker into the same workdir); before any data is loaded."""
-  from cocod_jax import workdir  # pylint: disable=g-import-not-at-top
+  from cocod_jax.record import workdir  # pylint: disable=g-import-not-at-top
 
   size, where = workdir.mpi_job_size()
   if config.backend == 'one_host' and size > 1:
@@ -201,7 +202,7 @@ def main(argv):
     _fail(f'unexpected arguments {argv[1:]}; overrides look like --config.batch_size=64')
   config = FLAGS.config
   logging.set_verbosity(logging.WARNING)
-  from cocod_jax import config_validation  # pylint: disable=g-import-not-at-top
+  from cocod_jax.config import validation as config_validation  # pylint: disable=g-import-not-at-top
 
   problems = config_validation.errors(config)
   if problems:
@@ -215,7 +216,7 @@ def main(argv):
     # the flag must be set before JAX starts its backends and changes nothing on a GPU.
     _add_xla_flag(f'--xla_force_host_platform_device_count={config.one_host.devices}')
   _prepare_data(config, rank, broadcast)
-  from cocod_jax import input_pipeline  # pylint: disable=g-import-not-at-top
+  from cocod_jax.data import pipeline as input_pipeline  # pylint: disable=g-import-not-at-top
 
   try:
     dataset = input_pipeline.load_checked(config)

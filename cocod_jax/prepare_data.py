@@ -19,9 +19,10 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from cocod_jax import errors
-from cocod_jax import flags as cocod_flags
-from cocod_jax import input_pipeline
+from cocod_jax.config import errors
+from cocod_jax.config import flags as cocod_flags
+from cocod_jax.data import cifar
+from cocod_jax.data import pipeline as input_pipeline
 
 FLAGS = flags.FLAGS
 
@@ -36,8 +37,7 @@ def _error(message, status):
 
 def _allowed():
   return (
-    f'allowed: {list(input_pipeline.TFDS_DATASETS)} ('
-    f'{", ".join(input_pipeline.NO_PREPARATION)} need no preparation)'
+    f'allowed: {list(cifar.TFDS_DATASETS)} ({", ".join(cifar.NO_PREPARATION)} need no preparation)'
   )
 
 
@@ -50,25 +50,25 @@ def _copy_hint(root, name):
 
 
 def _counts(name, data_dir):
-  counts = input_pipeline.example_counts(name, data_dir)
+  counts = cifar.example_counts(name, data_dir)
   return ', '.join(f'{split} {n}' for split, n in counts.items()) + ' examples'
 
 
 def _prepare_one(name, data_dir, out) -> int:
   """Prepares one TFDS dataset (or reports it prepared); the exit status (0 when ready)."""
-  root = input_pipeline.resolve_data_dir(data_dir)
-  if input_pipeline.is_prepared(name, data_dir):
+  root = cifar.resolve_data_dir(data_dir)
+  if cifar.is_prepared(name, data_dir):
     where = os.path.join(root, name)
     print(f'{name}: already prepared in {where} ({_counts(name, data_dir)})', file=out)
     print(f'{name}: {_copy_hint(root, name)}', file=out, flush=True)
     return 0
-  url = input_pipeline.download_url(name) or f'https://{input_pipeline.DOWNLOAD_HOST}/'
+  url = cifar.download_url(name) or f'https://{cifar.DOWNLOAD_HOST}/'
   host = urllib.parse.urlsplit(url).hostname
   print(f'{name}: not prepared in {root}; checking the network ({url})', file=out, flush=True)
-  if not input_pipeline.network_reachable(name):
+  if not cifar.network_reachable(name):
     offline = (
-      f' (${input_pipeline.OFFLINE_ENV} is set)'
-      if os.environ.get(input_pipeline.OFFLINE_ENV, '') not in ('', '0')
+      f' (${cifar.OFFLINE_ENV} is set)'
+      if os.environ.get(cifar.OFFLINE_ENV, '') not in ('', '0')
       else ''
     )
     return _error(
@@ -85,10 +85,10 @@ def _prepare_one(name, data_dir, out) -> int:
     flush=True,
   )
   try:
-    path = input_pipeline.prepare(name, data_dir)
+    path = cifar.prepare(name, data_dir)
   except input_pipeline.DataError as e:
     return _error(str(e), EXIT_NO_NETWORK)
-  if not input_pipeline.is_prepared(name, data_dir):  # Read back as training will read it.
+  if not cifar.is_prepared(name, data_dir):  # Read back as training will read it.
     return _error(
       f'dataset {name}: preparing finished but {path} is not a prepared dataset; remove it and '
       'run this again',
@@ -104,7 +104,7 @@ def run(names, data_dir: str, out=None) -> int:
 
   Args:
     names: dataset names (from --dataset).
-    data_dir: the TFDS data dir ('' resolves as in `input_pipeline.resolve_data_dir`).
+    data_dir: the TFDS data dir ('' resolves as in `cifar.resolve_data_dir`).
     out: where progress lines go (default stdout).
 
   Returns:
@@ -114,12 +114,12 @@ def run(names, data_dir: str, out=None) -> int:
   names = list(dict.fromkeys(n.strip() for n in names if n.strip()))  # Once each, in order.
   if not names:
     return _error(f'--dataset is empty; {_allowed()}', EXIT_USAGE)
-  known = input_pipeline.TFDS_DATASETS + input_pipeline.NO_PREPARATION
+  known = cifar.TFDS_DATASETS + cifar.NO_PREPARATION
   unknown = [n for n in names if n not in known]
   if unknown:  # Every name is checked before anything is downloaded.
     return _error(f'--dataset: unknown {unknown}; {_allowed()}', EXIT_USAGE)
   for name in names:
-    if name in input_pipeline.NO_PREPARATION:
+    if name in cifar.NO_PREPARATION:
       why = 'bundled with scikit-learn' if name == 'digits' else 'it reads dataset.path as given'
       print(f'{name}: needs no preparation ({why})', file=out, flush=True)
       continue
@@ -148,6 +148,6 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  cocod_flags.define_prepare_data_flags(input_pipeline.TFDS_DATASETS)
+  cocod_flags.define_prepare_data_flags(cifar.TFDS_DATASETS)
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')  # TF's start-up INFO lines are noise here.
   app.run(main, flags_parser=parse_flags)

@@ -26,8 +26,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from cocod_jax import input_pipeline
 from cocod_jax import schedules
+from cocod_jax.data import cifar
 
 PyTree = Any
 OPTIMIZERS = ('sgd', 'adam')  # optimizer.name; adam only for MNIST-1D's published recipe.
@@ -82,7 +82,7 @@ class StepFns(NamedTuple):
 def preprocess(x, normalize):
   if normalize == 'cifar':
     x = x.astype(jnp.float32) / 255.0
-    return (x - jnp.array(input_pipeline.CIFAR_MEAN)) / jnp.array(input_pipeline.CIFAR_STD)
+    return (x - jnp.array(cifar.CIFAR_MEAN)) / jnp.array(cifar.CIFAR_STD)
   return x.astype(jnp.float32)
 
 

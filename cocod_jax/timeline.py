@@ -45,7 +45,7 @@ import time
 import jax
 import numpy as np
 
-from cocod_jax import files
+from cocod_jax.record import files
 
 MAIN, COMM, LOCAL = 'main', 'comm', 'local'
 # JAX's own monitoring events of a function's first call (jax.monitoring), in seconds.

@@ -26,16 +26,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from cocod_jax import algorithms
-from cocod_jax import checkpoints
-from cocod_jax import files
-from cocod_jax import input_pipeline
 from cocod_jax import models
-from cocod_jax import period_auto
 from cocod_jax import schedules
 from cocod_jax import steps as steps_lib
 from cocod_jax import timeline as timeline_lib
-from cocod_jax import workdir as workdir_lib
 from cocod_jax.cluster import background
+from cocod_jax.cluster import period_auto
+from cocod_jax.data import pipeline as input_pipeline
+from cocod_jax.record import checkpoints
+from cocod_jax.record import files
+from cocod_jax.record import workdir as workdir_lib
 
 EVAL_BATCH = 1000
 # Under MPI the ranks decide together whether to checkpoint now (a SIGTERM, the interval) at most
@@ -520,7 +520,7 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
   """Trains with `config.algorithm.name` on `config.backend` and writes the results.
 
   Args:
-    config: a validated ConfigDict (see `cocod_jax.config_validation.validate`).
+    config: a validated ConfigDict (see `cocod_jax.config.validation.validate`).
     workdir: where results.json, final_params.npz and TensorBoard summaries go (written by the
       chief: rank 0 under MPI), and timeline_rank<r>.json (every rank, MPI only).
     dataset: the loaded, checked dataset (default: `input_pipeline.load_checked`).

@@ -18,7 +18,7 @@ c100_r18, where the pilot saw the largest gap), `seed`; `sweep` takes `task` and
 A diagnosis, not a tuning: the table's rows keep the paper's settings for every algorithm.
 """
 
-from cocod_jax import config_args
+from cocod_jax.config import args as config_args
 from configs import common
 from configs import scales
 from configs import table1

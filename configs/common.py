@@ -9,14 +9,16 @@ def base_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.algorithm = ml_collections.ConfigDict()
   c.algorithm.name = 'cocod_sgd'
-  # k, or 'auto': measured at the start of an MPI run (cocod_jax/period_auto.py). Typed `object`
-  # so that `--config.algorithm.period=auto` and `=8` both parse (8 as an int); validated there.
+  # k, or 'auto': measured at the start of an MPI run (cocod_jax/cluster/period_auto.py). Typed
+  # `object` so that `--config.algorithm.period=auto` and `=8` both parse (8 as an int); validated
+  # there.
   c.algorithm.period = config_dict.FieldReference(5, field_type=object)
   c.algorithm.warmup_period_epochs = 10
   c.algorithm.average_batch_stats = True
   c.algorithm.average_momentum = False
-  # CoCoD-SGD's correction when a round's average arrives (cocod_jax/correction.py): 'cocod'
-  # (the paper's), 'reset', 'blend' (alpha: the local model's share), 'outer_sgd' (DiLoCo's).
+  # CoCoD-SGD's correction when a round's average arrives (cocod_jax/algorithms/correction.py):
+  # 'cocod' (the paper's), 'reset', 'blend' (alpha: the local model's share), 'outer_sgd'
+  # (DiLoCo's).
   c.algorithm.correction = 'cocod'
   c.algorithm.alpha = 0.0
   c.algorithm.outer_lr = 0.7

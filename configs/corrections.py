@@ -1,5 +1,6 @@
-"""Issue 23: CoCoD-SGD's corrections (cocod_jax/correction.py) and its compressed snapshot
-allreduce side by side, each paired with S-SGD by seed and test example on one Table 1 column.
+"""Issue 23: CoCoD-SGD's corrections (cocod_jax/algorithms/correction.py) and its compressed
+snapshot allreduce side by side, each paired with S-SGD by seed and test example on one Table 1
+column.
 
     python -m cocod_jax.experiments.corrections --parallel=2 --task=c100_r18
     python -m cocod_jax.experiments.corrections --task=c100_r18 --timing_links=12mbit/8kb/8000
@@ -27,7 +28,7 @@ change:
 None is tuned on these runs: the settings are the published ones, fixed before the runs.
 """
 
-from cocod_jax import config_args
+from cocod_jax.config import args as config_args
 from configs import common
 from configs import scales
 from configs import table1

@@ -22,7 +22,7 @@ epochs on up to 2 ranks (this machine's cores; the model continues beyond), expe
 digits for 2 epochs. About 3 minutes at `cpu` scale.
 """
 
-from cocod_jax import config_args
+from cocod_jax.config import args as config_args
 from configs import common
 from configs import scales
 

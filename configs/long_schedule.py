@@ -22,8 +22,8 @@ each epoch (`eval_train_examples`: the evaluated model's training loss beside th
 stage's, in its order) and `scale`.
 """
 
-from cocod_jax import config_args
-from cocod_jax import errors
+from cocod_jax.config import args as config_args
+from cocod_jax.config import errors
 from configs import common
 from configs import table1
 

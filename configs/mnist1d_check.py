@@ -20,7 +20,7 @@ models.CNN1D). Arguments after `:`: `model` (cnn1d, mlp1d), `seed`. About 10-20 
 2 CPU cores.
 """
 
-from cocod_jax import config_args
+from cocod_jax.config import args as config_args
 from configs import common
 
 MODELS = ('cnn1d', 'mlp1d')

@@ -31,7 +31,7 @@ first, seeds 0-4, S-SGD, Local-SGD, CoCoD-SGD and the settings named by `chosen`
 `;`-separated: the pilot's best of each option), and `scale`.
 """
 
-from cocod_jax import config_args
+from cocod_jax.config import args as config_args
 from configs import common
 from configs import scales
 from configs import table1

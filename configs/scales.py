@@ -23,8 +23,8 @@ seeds for the CNN columns of Table 1 (the pilot's sd of a paired difference, ~0.
 (the issue's minimum where time forbids; its table says so).
 """
 
-from cocod_jax import config_args
-from cocod_jax import errors
+from cocod_jax.config import args as config_args
+from cocod_jax.config import errors
 
 SCALES = ('paper', 'cpu', 'cpu_long', 'smoke')
 SHORT_SCALES = ('paper', 'cpu', 'smoke')  # Figure 4 times a few epochs: no long schedule.

@@ -52,11 +52,11 @@ from absl import app
 from absl import flags
 import numpy as np
 
-from cocod_jax import errors
-from cocod_jax import files
-from cocod_jax import flags as cocod_flags
-from cocod_jax import provenance
 from cocod_jax import timeline
+from cocod_jax.config import errors
+from cocod_jax.config import flags as cocod_flags
+from cocod_jax.record import files
+from cocod_jax.record import provenance
 from launch import plot_timeline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -54,7 +54,7 @@ def main(argv):
   del argv
   import jax  # pylint: disable=g-import-not-at-top
 
-  from cocod_jax import checkpoints  # pylint: disable=g-import-not-at-top
+  from cocod_jax.record import checkpoints  # pylint: disable=g-import-not-at-top
 
   rows = []
   for workers in (1, 16):

@@ -50,9 +50,9 @@ def bare():
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
 
-  from cocod_jax import input_pipeline  # pylint: disable=g-import-not-at-top
   from cocod_jax import steps  # pylint: disable=g-import-not-at-top
   from cocod_jax import train  # pylint: disable=g-import-not-at-top
+  from cocod_jax.data import pipeline as input_pipeline  # pylint: disable=g-import-not-at-top
 
   config = _config()
   dataset = input_pipeline.load_checked(config)

@@ -24,11 +24,12 @@ import flax
 import jax
 import numpy as np
 
-from cocod_jax import config_validation
-from cocod_jax import input_pipeline
 from cocod_jax import models
 from cocod_jax import steps
 from cocod_jax import train
+from cocod_jax.config import validation as config_validation
+from cocod_jax.data import mnist1d as mnist1d_data
+from cocod_jax.data import pipeline as input_pipeline
 from cocod_jax.experiments import stats
 from configs import common
 
@@ -189,8 +190,8 @@ def main(argv):
   index = os.path.join(FLAGS.out, 'runs.jsonl')
   done = recorded(index)
   if FLAGS.generator:
-    for name, (tr, te, _) in list(input_pipeline.MNIST1D_VARIANTS.items()):
-      input_pipeline.MNIST1D_VARIANTS[name] = (tr, te, json.loads(FLAGS.generator))
+    for name, (tr, te, _) in list(mnist1d_data.MNIST1D_VARIANTS.items()):
+      mnist1d_data.MNIST1D_VARIANTS[name] = (tr, te, json.loads(FLAGS.generator))
   for cell in FLAGS.cells:
     config0 = make_config(cell, FLAGS.algos[0], 0)
     dataset = input_pipeline.load_checked(config0)

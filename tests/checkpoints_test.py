@@ -23,10 +23,10 @@ import numpy as np
 import pytest
 
 from cocod_jax import algorithms
-from cocod_jax import checkpoints
-from cocod_jax import errors
 from cocod_jax import train
-from cocod_jax import workdir
+from cocod_jax.config import errors
+from cocod_jax.record import checkpoints
+from cocod_jax.record import workdir
 from tests import helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from cocod_jax import compression
+from cocod_jax.cluster import compression
 from cocod_jax.cluster import one_host
 
 

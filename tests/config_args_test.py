@@ -1,10 +1,10 @@
-"""Tests of cocod_jax/config_args.py: the typed `key=value` argument after `:` in --config."""
+"""Tests of cocod_jax/config/args.py: the typed `key=value` argument after `:` in --config."""
 
 import dataclasses
 
 import pytest
 
-from cocod_jax import config_args
+from cocod_jax.config import args as config_args
 
 DEFAULTS = dict(algo='cocod_sgd', seed=0, lr=0.1, timing=False)
 

@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from cocod_jax import correction
 from cocod_jax import schedules
+from cocod_jax.algorithms import correction
 
 
 def test_correction_by_hand():

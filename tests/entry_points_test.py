@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from cocod_jax import errors
-from cocod_jax import provenance
+from cocod_jax.config import errors
+from cocod_jax.record import provenance
 
 # Every command a user types, as `python -m <module>`, with one of its own flags.
 ENTRY_POINTS = {

@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from cocod_jax import flags as cocod_flags
 from cocod_jax import timeline
+from cocod_jax.config import flags as cocod_flags
 from cocod_jax.experiments import accuracy
 from cocod_jax.experiments import common
 from cocod_jax.experiments import corrections
@@ -383,7 +383,7 @@ def test_corrections_rows_and_rendering(flags_parsed):
 def test_a_table_sweep_takes_a_subset_of_its_tasks():
   # Figure 3 timed on two of Table 1's four columns: every algorithm and seed of those, nothing
   # else; a task outside the table's is refused with the allowed ones named.
-  from cocod_jax import config_args  # pylint: disable=g-import-not-at-top
+  from cocod_jax.config import args as config_args  # pylint: disable=g-import-not-at-top
   from configs import table1  # pylint: disable=g-import-not-at-top
 
   added = []

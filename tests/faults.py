@@ -26,11 +26,11 @@ from absl import flags
 import jax
 
 from cocod_jax import algorithms
-from cocod_jax import checkpoints
-from cocod_jax import flags as cocod_flags
 from cocod_jax import main
 from cocod_jax import steps
 from cocod_jax.cluster import mpi
+from cocod_jax.config import flags as cocod_flags
+from cocod_jax.record import checkpoints
 
 FAULTS = ['raise_in_thread', 'kill_rank', 'stall', 'shape', 'kill_at_step', 'sigterm_at_step',
           'kill_in_checkpoint', 'sigterm_in_allreduce', 'pause_at_step']  # fmt: skip

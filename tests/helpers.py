@@ -6,10 +6,10 @@ import os
 
 import numpy as np
 
-from cocod_jax import checkpoints
-from cocod_jax import config_validation
 from cocod_jax import schedules
 from cocod_jax import train
+from cocod_jax.config import validation as config_validation
+from cocod_jax.record import checkpoints
 from configs import test as test_config
 from tests import reference
 

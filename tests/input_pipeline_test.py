@@ -7,10 +7,12 @@ import re
 import numpy as np
 import pytest
 
-from cocod_jax import input_pipeline
 from cocod_jax import models
 from cocod_jax import steps
 from cocod_jax import train
+from cocod_jax.data import cifar
+from cocod_jax.data import mnist1d as mnist1d_data
+from cocod_jax.data import pipeline as input_pipeline
 from configs import test as test_config
 
 
@@ -78,7 +80,7 @@ def test_mocked_cifar_one_epoch(tmp_path, name, classes):
   tfds = pytest.importorskip('tensorflow_datasets')
   _tfds_metadata(tfds, name, tmp_path / 'tfds')
   with tfds.testing.mock_data(num_examples=64, data_dir=str(tmp_path / 'tfds')):
-    assert input_pipeline.is_prepared(name, '')
+    assert cifar.is_prepared(name, '')
     ds = input_pipeline.load_dataset(name)
   assert ds.x_train.shape[1:] == (32, 32, 3) and ds.x_train.dtype == np.uint8
   assert ds.num_classes == classes and ds.augment_ok
@@ -106,7 +108,7 @@ def test_mock_data_alone_is_not_prepared():
   # Without metadata `mock_data` is an unprepared dataset: refused, not downloaded.
   tfds = pytest.importorskip('tensorflow_datasets')
   with tfds.testing.mock_data(num_examples=4):
-    assert not input_pipeline.is_prepared('cifar10', '')
+    assert not cifar.is_prepared('cifar10', '')
     with pytest.raises(input_pipeline.DataError, match='make data DATASET=cifar10'):
       input_pipeline.load_dataset('cifar10')
 
@@ -252,7 +254,7 @@ def test_npz_labels_out_of_range(tmp_path):
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-  monkeypatch.setenv(input_pipeline.CACHE_ENV, str(tmp_path / 'cache'))
+  monkeypatch.setenv(mnist1d_data.CACHE_ENV, str(tmp_path / 'cache'))
   return tmp_path / 'cache'
 
 
@@ -273,14 +275,14 @@ def test_mnist1d_default_split_is_the_packages(cache):
 
 def test_mnist1d_cached_once_then_read(cache, monkeypatch):
   a = input_pipeline.load_dataset('mnist1d_hard', train_examples=120, test_examples=40)
-  path = input_pipeline.mnist1d_cache_path('mnist1d_hard', 120, 40)
+  path = mnist1d_data.mnist1d_cache_path('mnist1d_hard', 120, 40)
   assert os.path.dirname(path) == str(cache / 'mnist1d') and os.path.exists(path)
   assert sorted(os.listdir(cache / 'mnist1d')) == [os.path.basename(path)]  # No temporaries.
 
   def never(*args):
     raise AssertionError('generated again instead of read from the cache')
 
-  monkeypatch.setattr(input_pipeline, 'generate_mnist1d', never)
+  monkeypatch.setattr(mnist1d_data, 'generate_mnist1d', never)
   b = input_pipeline.load_dataset('mnist1d_hard', train_examples=120, test_examples=40)
   np.testing.assert_array_equal(a.x_train, b.x_train)
   np.testing.assert_array_equal(a.y_test, b.y_test)
@@ -292,17 +294,17 @@ def test_mnist1d_changed_argument_never_reads_a_stale_cache(cache, monkeypatch):
   large = input_pipeline.load_dataset('mnist1d_large', train_examples=60, test_examples=40)
   assert not np.array_equal(hard.x_train, large.x_train)  # Other noise: another file.
   # A generator argument changed in place (same variant name and sizes): another key.
-  variants = dict(input_pipeline.MNIST1D_VARIANTS)
+  variants = dict(mnist1d_data.MNIST1D_VARIANTS)
   train, test, args = variants['mnist1d_hard']
-  old_path = input_pipeline.mnist1d_cache_path('mnist1d_hard', 60, 40)
+  old_path = mnist1d_data.mnist1d_cache_path('mnist1d_hard', 60, 40)
   variants['mnist1d_hard'] = (train, test, {**args, 'iid_noise_scale': 0.2})
-  monkeypatch.setattr(input_pipeline, 'MNIST1D_VARIANTS', variants)
-  assert input_pipeline.mnist1d_cache_path('mnist1d_hard', 60, 40) != old_path
+  monkeypatch.setattr(mnist1d_data, 'MNIST1D_VARIANTS', variants)
+  assert mnist1d_data.mnist1d_cache_path('mnist1d_hard', 60, 40) != old_path
   noisier = input_pipeline.load_dataset('mnist1d_hard', train_examples=60, test_examples=40)
   assert not np.array_equal(noisier.x_train, hard.x_train)
   # A file whose stored arguments differ from the ones asked for (copied in under the
   # expected name) is generated again, not read.
-  new_path = input_pipeline.mnist1d_cache_path('mnist1d_hard', 60, 40)
+  new_path = mnist1d_data.mnist1d_cache_path('mnist1d_hard', 60, 40)
   os.replace(old_path, new_path)
   again = input_pipeline.load_dataset('mnist1d_hard', train_examples=60, test_examples=40)
   np.testing.assert_array_equal(again.x_train, noisier.x_train)
@@ -310,7 +312,7 @@ def test_mnist1d_changed_argument_never_reads_a_stale_cache(cache, monkeypatch):
 
 def test_mnist1d_damaged_cache_is_generated_again(cache):
   a = input_pipeline.load_dataset('mnist1d', train_examples=50, test_examples=20)
-  path = input_pipeline.mnist1d_cache_path('mnist1d', 50, 20)
+  path = mnist1d_data.mnist1d_cache_path('mnist1d', 50, 20)
   with open(path, 'r+b') as f:
     f.truncate(100)  # Cut short, as by a kill during a copy.
   b = input_pipeline.load_dataset('mnist1d', train_examples=50, test_examples=20)
@@ -318,7 +320,7 @@ def test_mnist1d_damaged_cache_is_generated_again(cache):
 
 
 def test_mnist1d_split_sizes_checked(cache):
-  from cocod_jax import config_validation
+  from cocod_jax.config import validation as config_validation
 
   c = test_config.get_config()
   c.dataset.name = 'mnist1d_large'

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from cocod_jax import results_schema
+from cocod_jax.record import schema as results_schema
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -20,11 +20,11 @@ os.environ.setdefault('OMPI_MCA_mpi_yield_when_idle', '1')
 
 import ml_collections  # noqa: E402
 
-from cocod_jax import config_validation  # noqa: E402
-from cocod_jax import files  # noqa: E402
 from cocod_jax import train  # noqa: E402
 from cocod_jax.cluster import mpi  # noqa: E402
 from cocod_jax.cluster import ranks  # noqa: E402
+from cocod_jax.config import validation as config_validation  # noqa: E402
+from cocod_jax.record import files  # noqa: E402
 
 
 def run_case(case, rank):

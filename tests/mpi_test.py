@@ -15,12 +15,12 @@ import time
 import numpy as np
 import pytest
 
-from cocod_jax import checkpoints
-from cocod_jax import input_pipeline
-from cocod_jax import results_schema
 from cocod_jax import schedules
 from cocod_jax import train
-from cocod_jax import workdir as workdir_lib
+from cocod_jax.data import pipeline as input_pipeline
+from cocod_jax.record import checkpoints
+from cocod_jax.record import schema as results_schema
+from cocod_jax.record import workdir as workdir_lib
 from tests import helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

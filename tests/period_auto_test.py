@@ -13,12 +13,12 @@ from ml_collections import config_flags
 import numpy as np
 import pytest
 
-from cocod_jax import config_files
-from cocod_jax import config_validation
-from cocod_jax import input_pipeline
-from cocod_jax import period_auto
-from cocod_jax import results_schema
 from cocod_jax import train
+from cocod_jax.cluster import period_auto
+from cocod_jax.config import files as config_files
+from cocod_jax.config import validation as config_validation
+from cocod_jax.data import pipeline as input_pipeline
+from cocod_jax.record import schema as results_schema
 from configs import test as test_config
 from tests import helpers
 from tests import mpi_test

@@ -17,8 +17,9 @@ from unittest import mock
 import numpy as np
 import pytest
 
-from cocod_jax import input_pipeline
 from cocod_jax import prepare_data
+from cocod_jax.data import cifar
+from cocod_jax.data import pipeline as input_pipeline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CIFAR10_URL = 'https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz'
@@ -65,7 +66,7 @@ def prepared(tmp_path_factory):
 
   out = io.StringIO()
   with (
-    mock.patch.object(input_pipeline, 'network_reachable', lambda name: True),
+    mock.patch.object(cifar, 'network_reachable', lambda name: True),
     mock.patch.object(tfds.download.DownloadManager, 'download_and_extract', download_and_extract),
   ):
     status = prepare_data.run(['cifar10'], data_dir, out=out)
@@ -84,12 +85,12 @@ def test_prepare_cli_with_network_downloads_prepares_and_says_where(prepared):
   where = os.path.join(prepared['data_dir'], 'cifar10')
   assert f'prepared in {where}/3.0.2 (train 15, test 3 examples)' in prepared['out']
   assert f'copy {where} to' in prepared['out']
-  assert input_pipeline.is_prepared('cifar10', prepared['data_dir'])
-  assert input_pipeline.example_counts('cifar10', prepared['data_dir']) == {'train': 15, 'test': 3}
+  assert cifar.is_prepared('cifar10', prepared['data_dir'])
+  assert cifar.example_counts('cifar10', prepared['data_dir']) == {'train': 15, 'test': 3}
 
 
 def test_prepared_dir_loads_offline(prepared, monkeypatch):
-  monkeypatch.setenv(input_pipeline.OFFLINE_ENV, '1')
+  monkeypatch.setenv(cifar.OFFLINE_ENV, '1')
   monkeypatch.setattr(socket, 'create_connection', _no_network)
   ds = input_pipeline.load_dataset('cifar10', data_dir=prepared['data_dir'])
   assert ds.x_train.shape == (15, 32, 32, 3) and ds.x_train.dtype == np.uint8
@@ -101,19 +102,19 @@ def test_prepared_dir_loads_offline(prepared, monkeypatch):
 
 def test_tfds_data_dir_env_is_read(prepared, monkeypatch):
   monkeypatch.setenv('TFDS_DATA_DIR', prepared['data_dir'])
-  assert input_pipeline.resolve_data_dir('') == prepared['data_dir']
-  assert input_pipeline.is_prepared('cifar10', '')
+  assert cifar.resolve_data_dir('') == prepared['data_dir']
+  assert cifar.is_prepared('cifar10', '')
   assert len(input_pipeline.load_dataset('cifar10').x_train) == 15
 
 
 def test_resolution_order(tmp_path, monkeypatch):
   monkeypatch.setenv('HOME', str(tmp_path / 'home'))
   monkeypatch.delenv('TFDS_DATA_DIR', raising=False)
-  assert input_pipeline.resolve_data_dir('') == str(tmp_path / 'home' / 'tensorflow_datasets')
+  assert cifar.resolve_data_dir('') == str(tmp_path / 'home' / 'tensorflow_datasets')
   monkeypatch.setenv('TFDS_DATA_DIR', str(tmp_path / 'env'))
-  assert input_pipeline.resolve_data_dir('') == str(tmp_path / 'env')
-  assert input_pipeline.resolve_data_dir(str(tmp_path / 'explicit')) == str(tmp_path / 'explicit')
-  assert input_pipeline.resolve_data_dir('~/d') == str(tmp_path / 'home' / 'd')
+  assert cifar.resolve_data_dir('') == str(tmp_path / 'env')
+  assert cifar.resolve_data_dir(str(tmp_path / 'explicit')) == str(tmp_path / 'explicit')
+  assert cifar.resolve_data_dir('~/d') == str(tmp_path / 'home' / 'd')
 
 
 @pytest.mark.parametrize('how', ['argument', 'env'])
@@ -162,15 +163,15 @@ def test_failed_download_is_one_line(tmp_path, capsys):
 
   with mock.patch.object(tfds.download.DownloadManager, 'download_and_extract', unreachable):
     with pytest.raises(input_pipeline.DataError) as e:
-      input_pipeline.prepare('cifar10', str(tmp_path))
+      cifar.prepare('cifar10', str(tmp_path))
     assert str(e.value) == (
       f'preparing dataset cifar10 in {tmp_path} failed: ConnectionError: {CIFAR10_URL}: no route '
       'to host'
     )
-    with mock.patch.object(input_pipeline, 'network_reachable', lambda name: True):
+    with mock.patch.object(cifar, 'network_reachable', lambda name: True):
       assert prepare_data.run(['cifar10'], str(tmp_path)) == 1
   assert capsys.readouterr().err.splitlines() == [f'error: {e.value}']
-  assert not input_pipeline.is_prepared('cifar10', str(tmp_path))
+  assert not cifar.is_prepared('cifar10', str(tmp_path))
 
 
 def test_download_url_needs_importlib_resources():
@@ -178,13 +179,13 @@ def test_download_url_needs_importlib_resources():
   # builder's checksums, on the download path; the URL lookup takes the same path offline.
   import importlib_resources  # noqa: F401  (required: see requirements.txt)
 
-  assert input_pipeline.download_url('cifar10') == CIFAR10_URL
-  assert input_pipeline.download_url('cifar100').endswith('/cifar-100-binary.tar.gz')
+  assert cifar.download_url('cifar10') == CIFAR10_URL
+  assert cifar.download_url('cifar100').endswith('/cifar-100-binary.tar.gz')
   # The lookup really needs the package (a fresh interpreter: TFDS caches the lazy import).
   code = (
     "import sys; sys.modules['importlib_resources'] = None\n"
-    'from cocod_jax import input_pipeline\n'
-    "input_pipeline.download_url('cifar10')\n"
+    'from cocod_jax.data import cifar\n'
+    "cifar.download_url('cifar10')\n"
   )
   p = subprocess.run(
     [sys.executable, '-c', code], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120
@@ -200,34 +201,34 @@ def _listening_socket():
 
 
 def test_network_reachable(monkeypatch):
-  monkeypatch.delenv(input_pipeline.OFFLINE_ENV, raising=False)
+  monkeypatch.delenv(cifar.OFFLINE_ENV, raising=False)
   for var in ('https_proxy', 'HTTPS_PROXY', 'no_proxy', 'NO_PROXY'):
     monkeypatch.delenv(var, raising=False)
   with _listening_socket() as server:
     port = server.getsockname()[1]
-    monkeypatch.setattr(input_pipeline, 'download_url', lambda name: f'https://127.0.0.1:{port}/')
-    assert input_pipeline.network_reachable('cifar10')
-    monkeypatch.setenv(input_pipeline.OFFLINE_ENV, '1')  # Forced off: not even tried.
+    monkeypatch.setattr(cifar, 'download_url', lambda name: f'https://127.0.0.1:{port}/')
+    assert cifar.network_reachable('cifar10')
+    monkeypatch.setenv(cifar.OFFLINE_ENV, '1')  # Forced off: not even tried.
     with mock.patch.object(socket, 'create_connection', _no_network):
-      assert not input_pipeline.network_reachable('cifar10')
-    monkeypatch.setenv(input_pipeline.OFFLINE_ENV, '0')
+      assert not cifar.network_reachable('cifar10')
+    monkeypatch.setenv(cifar.OFFLINE_ENV, '0')
     # Behind a proxy the proxy is what must answer (the host itself may not resolve here).
-    monkeypatch.setattr(input_pipeline, 'download_url', lambda name: 'https://host.invalid/x')
+    monkeypatch.setattr(cifar, 'download_url', lambda name: 'https://host.invalid/x')
     monkeypatch.setenv('https_proxy', f'http://127.0.0.1:{port}')
-    assert input_pipeline.network_reachable('cifar10')
+    assert cifar.network_reachable('cifar10')
     monkeypatch.delenv('https_proxy')
   start = time.monotonic()
-  assert not input_pipeline.network_reachable('cifar10', timeout_s=2.0)  # Unresolvable.
+  assert not cifar.network_reachable('cifar10', timeout_s=2.0)  # Unresolvable.
   closed = _listening_socket()
   port = closed.getsockname()[1]
   closed.close()
-  monkeypatch.setattr(input_pipeline, 'download_url', lambda name: f'https://127.0.0.1:{port}/')
-  assert not input_pipeline.network_reachable('cifar10', timeout_s=2.0)  # Refused.
+  monkeypatch.setattr(cifar, 'download_url', lambda name: f'https://127.0.0.1:{port}/')
+  assert not cifar.network_reachable('cifar10', timeout_s=2.0)  # Refused.
   assert time.monotonic() - start < 4.5
 
 
 def test_network_reachable_gives_up_after_timeout(monkeypatch):
-  monkeypatch.delenv(input_pipeline.OFFLINE_ENV, raising=False)
+  monkeypatch.delenv(cifar.OFFLINE_ENV, raising=False)
 
   def hang(*args, **kwargs):
     time.sleep(5)  # A firewall that drops packets, or a DNS server that never answers ...
@@ -235,7 +236,7 @@ def test_network_reachable_gives_up_after_timeout(monkeypatch):
 
   monkeypatch.setattr(socket, 'create_connection', hang)
   start = time.monotonic()
-  assert not input_pipeline.network_reachable('cifar10', timeout_s=0.5)
+  assert not cifar.network_reachable('cifar10', timeout_s=0.5)
   assert time.monotonic() - start < 1.5
 
 
@@ -247,15 +248,15 @@ def test_importing_defines_no_flags():
 
 
 def test_non_tfds_names():
-  assert input_pipeline.is_prepared('digits', '') and input_pipeline.is_prepared('npz', '')
+  assert cifar.is_prepared('digits', '') and cifar.is_prepared('npz', '')
   with pytest.raises(input_pipeline.DataError, match=r"'mnist'.*\['cifar10', 'cifar100'\]"):
-    input_pipeline.is_prepared('mnist', '')
+    cifar.is_prepared('mnist', '')
 
 
 def _env():
   env = dict(os.environ)
   env.pop('XLA_FLAGS', None)
-  env[input_pipeline.OFFLINE_ENV] = '1'
+  env[cifar.OFFLINE_ENV] = '1'
   return env
 
 

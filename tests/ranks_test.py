@@ -29,11 +29,11 @@ import sys
 import numpy as np
 import pytest
 
-from cocod_jax import config_validation
-from cocod_jax import results_schema
 from cocod_jax import schedules
 from cocod_jax import train
 from cocod_jax.cluster import ranks
+from cocod_jax.config import validation as config_validation
+from cocod_jax.record import schema as results_schema
 from tests import helpers
 from tests import reference
 

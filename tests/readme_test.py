@@ -13,11 +13,11 @@ import sys
 import numpy as np
 import pytest
 
-from cocod_jax import errors
-from cocod_jax import provenance
+from cocod_jax.config import errors
 from cocod_jax.experiments import correctness
 from cocod_jax.experiments import readme
 from cocod_jax.experiments import stats
+from cocod_jax.record import provenance
 
 ROOT = provenance.ROOT
 FOLDER = os.path.join(ROOT, readme.FOLDER)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from cocod_jax import results_schema as rs
+from cocod_jax.record import schema as rs
 
 EPOCH = dict(epoch=0, train_loss=2.3, test_loss=2.2, test_accuracy=0.31, train_time_s=1.5)
 

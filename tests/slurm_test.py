@@ -21,7 +21,7 @@ import time
 import numpy as np
 import pytest
 
-from cocod_jax import provenance
+from cocod_jax.record import provenance
 from cocod_jax.sweep import points as points_lib
 from cocod_jax.sweep import runner
 from cocod_jax.sweep import state as state_lib

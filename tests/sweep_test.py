@@ -21,9 +21,9 @@ import time
 import pytest
 import submitit
 
-from cocod_jax import checkpoints
-from cocod_jax import errors
-from cocod_jax import provenance
+from cocod_jax.config import errors
+from cocod_jax.record import checkpoints
+from cocod_jax.record import provenance
 from cocod_jax.sweep import launchers
 from cocod_jax.sweep import points as points_lib
 from cocod_jax.sweep import report

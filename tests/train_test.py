@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from cocod_jax import algorithms
-from cocod_jax import input_pipeline
 from cocod_jax import schedules
 from cocod_jax import steps
 from cocod_jax import train
+from cocod_jax.data import pipeline as input_pipeline
 from configs import test as test_config
 from tests import helpers
 from tests import reference

@@ -13,12 +13,12 @@ import sys
 import numpy as np
 import pytest
 
-from cocod_jax import checkpoints
-from cocod_jax import errors
-from cocod_jax import files
-from cocod_jax import input_pipeline
 from cocod_jax import train
-from cocod_jax import workdir
+from cocod_jax.config import errors
+from cocod_jax.data import pipeline as input_pipeline
+from cocod_jax.record import checkpoints
+from cocod_jax.record import files
+from cocod_jax.record import workdir
 from tests import checkpoints_test
 from tests import helpers
 from tests import main_test
@@ -67,7 +67,7 @@ def test_lock_of_a_dead_run_is_taken_over(tmp_path, capsys):
     'import os, signal, sys; sys.path.insert(0, sys.argv[1])\n'
     'import filelock; lock = filelock.FileLock(os.path.join(sys.argv[2], "run.lock"), timeout=0)\n'
     'os.makedirs(sys.argv[2]); lock.acquire()\n'
-    'from cocod_jax import files\n'
+    'from cocod_jax.record import files\n'
     'files.write_json_atomic(os.path.join(sys.argv[2], "run.lock.json"), '
     '{"pid": os.getpid(), "host": "h", "started": 0})\n'
     'os.kill(os.getpid(), signal.SIGKILL)\n'

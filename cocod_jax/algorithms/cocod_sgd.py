@@ -20,10 +20,10 @@ instead of k. A round shorter than tau (the period warm-up) takes its snapshot a
 import jax
 import numpy as np
 
-from cocod_jax import correction
 from cocod_jax import schedules
 from cocod_jax import steps
 from cocod_jax.algorithms import base
+from cocod_jax.algorithms import correction
 
 
 class CoCoDSGD(base.RoundAlgorithm):

@@ -50,10 +50,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cocod_jax import config_files
 from cocod_jax.cluster import background
 from cocod_jax.cluster import mpi_compressed
 from cocod_jax.cluster import one_host
+from cocod_jax.config import files as config_files
 
 STAGINGS = ('host', 'device')
 

@@ -21,8 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cocod_jax import compression
 from cocod_jax.cluster import background
+from cocod_jax.cluster import compression
 from cocod_jax.cluster import one_host
 
 WIRE = {

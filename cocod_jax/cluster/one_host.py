@@ -34,10 +34,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cocod_jax import compression
-from cocod_jax import correction
 from cocod_jax import steps as steps_lib
+from cocod_jax.algorithms import correction
 from cocod_jax.cluster import background
+from cocod_jax.cluster import compression
 
 AXIS = 'workers'
 

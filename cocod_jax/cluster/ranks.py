@@ -33,9 +33,9 @@ import time
 import jax
 import numpy as np
 
-from cocod_jax import compression
-from cocod_jax import correction
 from cocod_jax import steps as steps_lib
+from cocod_jax.algorithms import correction
+from cocod_jax.cluster import compression
 from cocod_jax.cluster import mpi
 from cocod_jax.cluster import one_host
 

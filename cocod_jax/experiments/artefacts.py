@@ -16,8 +16,8 @@ import sys
 
 from absl import app
 
-from cocod_jax import errors
-from cocod_jax import flags as cocod_flags
+from cocod_jax.config import errors
+from cocod_jax.config import flags as cocod_flags
 from cocod_jax.experiments import accuracy
 from cocod_jax.experiments import common
 from cocod_jax.experiments import correctness

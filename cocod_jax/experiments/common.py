@@ -16,15 +16,15 @@ from typing import Any
 
 from absl import logging
 
-from cocod_jax import errors
-from cocod_jax import files
-from cocod_jax import flags as cocod_flags
-from cocod_jax import provenance as provenance_lib
 from cocod_jax import sweep
 from cocod_jax import timeline
+from cocod_jax.config import errors
+from cocod_jax.config import flags as cocod_flags
 from cocod_jax.experiments import correctness
 from cocod_jax.experiments import published
 from cocod_jax.experiments import stats
+from cocod_jax.record import files
+from cocod_jax.record import provenance as provenance_lib
 
 FLAGS = cocod_flags.FLAGS  # cocod_flags.define_experiment_flags() defines what is read here.
 

@@ -24,7 +24,7 @@ class CorrectnessError(RuntimeError):
 
 @functools.lru_cache(maxsize=4)
 def _dataset(name, path, num_classes, data_dir, train_examples, test_examples):
-  from cocod_jax import input_pipeline  # pylint: disable=g-import-not-at-top
+  from cocod_jax.data import pipeline as input_pipeline  # pylint: disable=g-import-not-at-top
 
   return input_pipeline.load_dataset(
     name, path, num_classes, data_dir, train_examples, test_examples

@@ -28,7 +28,7 @@ import sys
 from absl import app
 import numpy as np
 
-from cocod_jax import flags as cocod_flags
+from cocod_jax.config import flags as cocod_flags
 from cocod_jax.experiments import accuracy
 from cocod_jax.experiments import common
 from cocod_jax.experiments import corrections

@@ -22,11 +22,11 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from cocod_jax import config_validation
-from cocod_jax import files
-from cocod_jax import flags as cocod_flags
-from cocod_jax import provenance
 from cocod_jax import train
+from cocod_jax.config import flags as cocod_flags
+from cocod_jax.config import validation as config_validation
+from cocod_jax.record import files
+from cocod_jax.record import provenance
 from configs import mnist1d_check
 
 PUBLISHED = {'cnn1d': 94.0, 'mlp1d': 68.0}  # Greydanus 2020, MNIST-1D's README and paper.

@@ -24,7 +24,7 @@ import sys
 
 from absl import app
 
-from cocod_jax import flags as cocod_flags
+from cocod_jax.config import flags as cocod_flags
 from cocod_jax.experiments import accuracy
 from cocod_jax.experiments import artefacts
 from cocod_jax.experiments import common

@@ -10,7 +10,7 @@ Each part sits between its BEGIN and END markers:
   runs were made at, which commit rendered it, the command and the machine.
 - README.md, the benchmark's targets: each target line of docs/bench/bench.md, with where and when
   it was measured.
-- README.md, the exit statuses: the table of cocod_jax/errors.py (EXIT_CODES).
+- README.md, the exit statuses: the table of cocod_jax/config/errors.py (EXIT_CODES).
 
 tests/readme_test.py checks that every part equals this rendering, so a figure or a status in
 the documents cannot drift from its source.
@@ -23,9 +23,9 @@ import re
 import sys
 from typing import Callable
 
-from cocod_jax import errors
-from cocod_jax import files
-from cocod_jax import provenance
+from cocod_jax.config import errors
+from cocod_jax.record import files
+from cocod_jax.record import provenance
 
 FOLDER = os.path.join('docs', 'paper-cpu')
 BENCH = os.path.join('docs', 'bench')

@@ -9,8 +9,8 @@ import sys
 
 from absl import app
 
-from cocod_jax import errors
-from cocod_jax import flags as cocod_flags
+from cocod_jax.config import errors
+from cocod_jax.config import flags as cocod_flags
 from cocod_jax.sweep import runner
 from cocod_jax.sweep import slurm
 

@@ -12,7 +12,7 @@ with `slurm_cluster='local'`, to submitit's local executor (the same jobs as pro
 
 import dataclasses
 
-from cocod_jax import flags as cocod_flags
+from cocod_jax.config import flags as cocod_flags
 from cocod_jax.sweep import local
 from cocod_jax.sweep import slurm
 

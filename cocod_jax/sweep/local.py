@@ -23,9 +23,9 @@ from typing import Any
 
 import tqdm
 
-from cocod_jax import errors
-from cocod_jax import files
-from cocod_jax import provenance
+from cocod_jax.config import errors
+from cocod_jax.record import files
+from cocod_jax.record import provenance
 from cocod_jax.sweep import points as points_lib
 from cocod_jax.sweep import report
 from cocod_jax.sweep import state as state_lib

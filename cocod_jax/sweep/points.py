@@ -20,10 +20,10 @@ import os
 import re
 import sys
 
-from cocod_jax import config_args
-from cocod_jax import config_files
-from cocod_jax import errors
-from cocod_jax import provenance
+from cocod_jax.config import args as config_args
+from cocod_jax.config import errors
+from cocod_jax.config import files as config_files
+from cocod_jax.record import provenance
 
 SLUG_MAX = 100
 _NUMBER = re.compile(r'[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?')
@@ -185,7 +185,7 @@ def _resolve(module, config_arg: str, point_overrides: dict, sweep_overrides: di
     (the ConfigDict, path -> command-line text of each override, the point's problems, the
     problems of the sweep-wide overrides).
   """
-  from cocod_jax import config_validation  # pylint: disable=g-import-not-at-top
+  from cocod_jax.config import validation as config_validation  # pylint: disable=g-import-not-at-top
 
   try:
     config = config_files.get_config(module, config_arg)

@@ -6,7 +6,7 @@ dependency for what ljust and rjust do, and the golden text tests pin every char
 
 import os
 
-from cocod_jax import files
+from cocod_jax.record import files
 from cocod_jax.sweep import points as points_lib
 
 HEADER = ('point', 'state', 'stale', 'wall (s)', 'test acc', 'train time (s)')

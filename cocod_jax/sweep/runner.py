@@ -12,9 +12,9 @@ import os
 import re
 import shlex
 
-from cocod_jax import errors
-from cocod_jax import flags as cocod_flags
-from cocod_jax import provenance
+from cocod_jax.config import errors
+from cocod_jax.config import flags as cocod_flags
+from cocod_jax.record import provenance
 from cocod_jax.sweep import launchers
 from cocod_jax.sweep import points as points_lib
 from cocod_jax.sweep import report

@@ -39,7 +39,7 @@ import submitit
 from submitit.core import utils as submitit_utils
 from submitit.slurm import slurm as submitit_slurm
 
-from cocod_jax import errors
+from cocod_jax.config import errors
 from cocod_jax.sweep import points as points_lib
 from cocod_jax.sweep import report
 from cocod_jax.sweep import state as state_lib

@@ -32,10 +32,10 @@ import socket
 import filelock
 import submitit
 
-from cocod_jax import config_files
-from cocod_jax import errors
-from cocod_jax import files
-from cocod_jax import results_schema
+from cocod_jax.config import errors
+from cocod_jax.config import files as config_files
+from cocod_jax.record import files
+from cocod_jax.record import schema as results_schema
 from cocod_jax.sweep import points as points_lib
 
 FINISHED = ('DONE', 'DIVERGED')

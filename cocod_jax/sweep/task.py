@@ -41,10 +41,10 @@ import time
 
 import submitit
 
-from cocod_jax import errors
-from cocod_jax import files
-from cocod_jax import flags as cocod_flags
-from cocod_jax import provenance
+from cocod_jax.config import errors
+from cocod_jax.config import flags as cocod_flags
+from cocod_jax.record import files
+from cocod_jax.record import provenance
 from cocod_jax.sweep import local
 from cocod_jax.sweep import points as points_lib
 from cocod_jax.sweep import state as state_lib

@@ -14,8 +14,8 @@ import time
 from absl import app
 
 from cocod_jax import algorithms
-from cocod_jax import flags as cocod_flags
 from cocod_jax import main
+from cocod_jax.config import flags as cocod_flags
 
 STEP = 4
 WAIT_S = 120.0

@@ -15,7 +15,7 @@ sweep's argument `case` picks the points:
   mpi      mixed's MPI point alone (tests/slurm_test.py)
 """
 
-from cocod_jax import config_args
+from cocod_jax.config import args as config_args
 from configs import test
 
 

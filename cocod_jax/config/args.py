@@ -21,7 +21,7 @@ import re
 from typing import Any
 from typing import Iterable
 
-from cocod_jax import errors
+from cocod_jax.config import errors
 
 TYPES = (str, int, float, bool)
 _TRUE, _FALSE = ('true', '1'), ('false', '0')

@@ -44,9 +44,9 @@ import time
 
 import jax
 
-from cocod_jax import files
 from cocod_jax import steps as steps_lib
-from cocod_jax import workdir as workdir_lib
+from cocod_jax.record import files
+from cocod_jax.record import workdir as workdir_lib
 
 AUTO = 'auto'
 MAX_PERIOD = 32  # The cap on the chosen k (a link so slow that k would exceed it is logged so).

@@ -31,9 +31,9 @@ import time
 
 import numpy as np
 
-from cocod_jax import checkpoints
-from cocod_jax import errors
-from cocod_jax import files
+from cocod_jax.config import errors
+from cocod_jax.record import checkpoints
+from cocod_jax.record import files
 
 LOCK, HOLDER, FINGERPRINT, RESULTS = 'run.lock', 'run.lock.json', 'fingerprint.json', 'results.json'
 FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)

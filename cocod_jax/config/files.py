@@ -19,7 +19,7 @@ import os
 import re
 from typing import Any
 
-from cocod_jax import errors
+from cocod_jax.config import errors
 
 
 def split(spec: str) -> tuple[str, str]:

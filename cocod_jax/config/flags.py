@@ -140,7 +140,7 @@ def parse(argv, name: str, config_overrides: bool = False):
 
   With `config_overrides` (the sweep runner) `--config.FIELD=VALUE` is taken as the entry point
   `cocod_jax.main` takes it, an override of every point (the same as `--set FIELD=VALUE`)."""
-  from cocod_jax import errors  # pylint: disable=g-import-not-at-top
+  from cocod_jax.config import errors  # pylint: disable=g-import-not-at-top
 
   if config_overrides:
     argv = [f'--set={a[len("--config.") :]}' if a.startswith('--config.') else a for a in argv]

@@ -47,9 +47,9 @@ import time
 import jax
 import numpy as np
 
-from cocod_jax import config_files
-from cocod_jax import errors
-from cocod_jax import files
+from cocod_jax.config import errors
+from cocod_jax.config import files as config_files
+from cocod_jax.record import files
 
 COMMIT = 'COMMITTED'
 SPACE_MARGIN = 1 << 20  # Bytes beyond a part's arrays that a disk must have free to write it.

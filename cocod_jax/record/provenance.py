@@ -9,7 +9,7 @@ import subprocess
 
 # The checkout (the editable install points here): the runs' working directory, so that
 # experiment files and launch/ scripts are named relative to it.
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _git(*args: str) -> subprocess.CompletedProcess | None:

@@ -13,16 +13,18 @@ import numbers
 
 from cocod_jax import algorithms
 from cocod_jax import cluster
-from cocod_jax import compression
-from cocod_jax import correction
-from cocod_jax import errors as errors_lib
-from cocod_jax import input_pipeline
 from cocod_jax import models
-from cocod_jax import period_auto
 from cocod_jax import schedules
 from cocod_jax import steps
+from cocod_jax.algorithms import correction
+from cocod_jax.cluster import compression
 from cocod_jax.cluster import mpi
+from cocod_jax.cluster import period_auto
 from cocod_jax.cluster import ranks
+from cocod_jax.config import errors as errors_lib
+from cocod_jax.data import mnist1d as mnist1d_data
+from cocod_jax.data import npz as npz_data
+from cocod_jax.data import pipeline as input_pipeline
 
 
 def _is_int(v):
@@ -121,7 +123,7 @@ def _learning_fields(config, v: _Checks) -> None:
   v.integer('dataset.num_classes', d.num_classes, 0)
   if d.name == 'npz' and not d.path:
     v.out.append(f"dataset.path='' is invalid for dataset.name='npz'; allowed: a .npz file with "
-                 f'arrays {list(input_pipeline.NPZ_KEYS)}')  # fmt: skip
+                 f'arrays {list(npz_data.NPZ_KEYS)}')  # fmt: skip
   _split_fields(d, v)
   v.integer('batch_size', config.batch_size, 1)
   v.check(o.name in steps.OPTIMIZERS, 'optimizer.name', o.name, list(steps.OPTIMIZERS))
@@ -148,9 +150,9 @@ def _split_fields(d, v: _Checks) -> None:
   v.integer('dataset.test_examples', d.test_examples, 0)
   if not (_is_int(d.train_examples) and _is_int(d.test_examples)):
     return
-  if d.name in input_pipeline.MNIST1D_VARIANTS:
+  if d.name in mnist1d_data.MNIST1D_VARIANTS:
     if d.train_examples >= 0 and d.test_examples >= 0:
-      problem = input_pipeline.mnist1d_size_problem(d.name, d.train_examples, d.test_examples)
+      problem = mnist1d_data.mnist1d_size_problem(d.name, d.train_examples, d.test_examples)
       if problem:
         v.out.append(problem)
   elif d.name in input_pipeline.DATASETS and (d.train_examples or d.test_examples):
@@ -158,7 +160,7 @@ def _split_fields(d, v: _Checks) -> None:
       f'dataset.train_examples={d.train_examples!r}, dataset.test_examples={d.test_examples!r} '
       f'are invalid for dataset.name={d.name!r}: only a generated MNIST-1D split has a size to '
       f'choose; allowed: 0 (the data as it is), or dataset.name in '
-      f'{list(input_pipeline.MNIST1D_VARIANTS)}'
+      f'{list(mnist1d_data.MNIST1D_VARIANTS)}'
     )
 
 

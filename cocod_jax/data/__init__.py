@@ -1,0 +1,1 @@
+"""The datasets and each worker's shard of them (pipeline.py)."""
