@@ -20,6 +20,7 @@ os.environ.setdefault('OMPI_MCA_mpi_yield_when_idle', '1')
 
 import ml_collections  # noqa: E402
 
+from cocod_jax import resume as resume_lib  # noqa: E402
 from cocod_jax import train  # noqa: E402
 from cocod_jax.cluster import mpi  # noqa: E402
 from cocod_jax.cluster import ranks  # noqa: E402
@@ -32,14 +33,14 @@ def run_case(case, rank):
   config_validation.validate(config)
   ranks.agree_on_layout(config)
   resumed, diverged = [], None
-  resume = train.resume
+  resume = resume_lib.resume
 
   def recording(run):
     out = resume(run)
     resumed.append(None if out is None else out[1].step)
     return out
 
-  train.resume = recording
+  resume_lib.resume = recording
   try:
     for epochs in [config.num_epochs] + ([case['then_epochs']] if case.get('then_epochs') else []):
       config.num_epochs = epochs
@@ -47,7 +48,7 @@ def run_case(case, rank):
   except train.Diverged as e:
     diverged = str(e)
   finally:
-    train.resume = resume
+    resume_lib.resume = resume
   if rank == 0:
     out = {'resumed': resumed, 'diverged': diverged}
     files.write_json_atomic(os.path.join(case['workdir'], 'case.json'), out)

@@ -13,7 +13,7 @@ from ml_collections import config_flags
 import numpy as np
 import pytest
 
-from cocod_jax import train
+from cocod_jax import plan as plan_lib
 from cocod_jax.cluster import period_auto
 from cocod_jax.config import files as config_files
 from cocod_jax.config import validation as config_validation
@@ -122,7 +122,7 @@ def test_plan_does_not_depend_on_k(tmp_path, algorithm):
   with c.unlocked():
     c.worker_speeds, c.proportional_sampling = (1.0, 1.7, 2.3), algorithm != 'asynlocal_sgd'
   dataset = input_pipeline.load_checked(c)
-  plans = [train.make_plan(period_auto.with_period(c, k), dataset) for k in (1, 3, 7)]
+  plans = [plan_lib.make_plan(period_auto.with_period(c, k), dataset) for k in (1, 3, 7)]
   same = all(
     p.steps_per_epoch == plans[0].steps_per_epoch
     and all(np.array_equal(a, b) for a, b in zip(p.shards, plans[0].shards))

@@ -32,7 +32,7 @@ that is computed before the measurement depends on k (`plan_config`).
 A run records the outcome in `WORKDIR/period_auto.json` (rank 0, before its first step) and in
 results.json (`period_auto`); a rerun in the same workdir (resuming a checkpoint, or continuing
 for more epochs) takes k from that file instead of measuring again, so a run keeps one k, and a
-checkpoint also records its k (`train.resume` refuses another).
+checkpoint also records its k (`resume.resume` refuses another).
 """
 
 import copy
@@ -96,7 +96,7 @@ def with_period(config, k: int, delay: int | None = None):
 
 
 def plan_config(config):
-  """The config that `train.make_plan` reads before k is measured: for SUPPORTED algorithms
+  """The config that `plan.make_plan` reads before k is measured: for SUPPORTED algorithms
   every worker's local period is k (`schedules.local_periods`), so the steps of an epoch are the
   batches of the shortest shard whatever k is, and the shard weights `M_i k` are proportional to
   `M_i` (exact integers in float64: the same shards to the bit); k = 1 stands in for it."""

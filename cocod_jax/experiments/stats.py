@@ -5,7 +5,7 @@ an algorithm reach the test accuracy of S-SGD, to within the paper's tolerance o
 point?
 
 The design. Every algorithm of a cell runs with the same seeds as S-SGD; a seed fixes x_0, the
-shards and every epoch's batch order (train.batch_table), so run s of the algorithm and run s of
+shards and every epoch's batch order (plan.batch_table), so run s of the algorithm and run s of
 S-SGD differ only by the algorithm: they are a pair. Both are scored on the same test examples.
 The quantity compared is the difference d = accuracy(algorithm) - accuracy(S-SGD) in points,
 averaged over the seeds, of the final averaged model of each run (the tables also print the
