@@ -17,9 +17,9 @@ is drawn beside.
 Scales: `paper` runs ResNet18 on CIFAR-10 on N GPUs for 3 epochs (time per epoch needs no
 more; the paper ran 120), period 5 throughout (the steady state; the paper's first 10 epochs
 have period 1); `cpu` runs the 2.1M-parameter MLP on `clusters100` at batch 256 a worker for 3
-epochs on up to 2 ranks (this machine's cores; the model continues beyond), expected speedups at
-2 workers about 1.3-1.9x depending on the algorithm and the link; `smoke` the linear model on
-digits for 2 epochs. About 3 minutes at `cpu` scale.
+epochs on up to 2 ranks (this machine's cores; the model continues beyond; the measured speedups
+are the committed artefact docs/paper-cpu/fig4.md); `smoke` the linear model on digits for 2
+epochs. About 3 minutes at `cpu` scale.
 """
 
 from cocod_jax.config import args as config_args

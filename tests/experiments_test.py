@@ -698,3 +698,10 @@ def test_not_run_groups_the_seeds_of_a_cell():
                      'b seed 3']  # fmt: skip
   assert line == 'Not run (7 of 8 registered runs): a seeds 0-4; b seeds 1, 3.'
   assert common.not_run(points[5:6] * 0, str) == ([], 'Every registered run finished.')
+
+
+def test_the_scale_flag_offers_every_scale_but_the_long_schedules():
+  from cocod_jax.config import flags as cocod_flags  # pylint: disable=g-import-not-at-top
+  from configs import scales  # pylint: disable=g-import-not-at-top
+
+  assert cocod_flags.SCALES == tuple(s for s in scales.SCALES if s != 'cpu_long')

@@ -226,6 +226,14 @@ def test_bad_npz_files_are_one_line(tmp_path):
     _assert_refused(p, wd, str(path))
 
 
+def test_quickstart_reaches_what_its_docstring_expects(tmp_path):
+  # configs/quickstart.py: "Expected: final test accuracy of the averaged model >= 0.95".
+  wd = tmp_path / 'run'
+  p = _main(wd, '--config.backend=one_host', config='configs/quickstart.py')
+  assert p.returncode == 0, p.stderr[-3000:]
+  assert results_schema.load_results(str(wd / 'results.json'))['final']['test_accuracy'] >= 0.95
+
+
 def test_divergence_stops_with_one_line(tmp_path):
   # lr 1e5 on the small CNN: the loss is NaN within the first round; the run stops at the first
   # average that would take the NaN in, exits 3 and says why; results.json says it diverged.

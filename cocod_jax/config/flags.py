@@ -20,6 +20,8 @@ from ml_collections import config_flags
 FLAGS = flags.FLAGS
 DEFAULT_TIMEOUT_S = 7 * 24 * 3600.0  # A point may run for a week before the runner ends it.
 LAUNCHERS = ('local', 'slurm')
+# The --scale choices: configs/scales.py SCALES but `cpu_long`, which only the long-schedule
+# experiment sets (its config fixes it); tests/experiments_test.py holds the two together.
 SCALES = ('paper', 'cpu', 'smoke')
 
 

@@ -1,7 +1,7 @@
-"""What the per-artefact entry points share: flags, the sweep, aggregation, rendering, figures.
+"""What the per-artefact entry points share: the sweep, aggregation, provenance, rendering, figures.
 
-Each entry point (`table1`, `table2`, `fig2` ... `fig6`, `paper`) names an experiment file of
-configs/ and an argument; `run` completes that sweep through the resumable runner
+Each entry point (`table1` ... `fig6`, `ablation`, `paper`, `overlap`, `long_schedule`) names an
+experiment file of configs/ and an argument; `run` completes that sweep through the resumable runner
 (`cocod_jax.sweep`), reads every point's results and returns them as `Point`s; the renderers turn
 them into the artefact's Markdown table, JSON (every number with its provenance: point
 directories, config hashes, the commit, scale, hardware, backend, r) and PNG. Files are written

@@ -46,6 +46,8 @@ import json
 import math
 import numbers
 
+from cocod_jax import cluster  # Its package holds only names (BACKENDS); no JAX starts.
+
 EPOCH_FIELDS = {
   'epoch': int,
   'train_loss': float,
@@ -75,7 +77,7 @@ OPTIONAL_FIELDS = {
   'restart_compile_s': float,
 }
 STATUSES = ('completed', 'diverged')
-BACKENDS = ('one_host', 'mpi')
+BACKENDS = cluster.BACKENDS  # What results.json's `backend` may say.
 
 
 class SchemaError(ValueError):
