@@ -23,6 +23,8 @@ from cocod_jax.record import schema as results_schema
 from cocod_jax.record import workdir as workdir_lib
 from tests import helpers
 
+pytestmark = pytest.mark.mpi  # Every test here launches mpirun.
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALGOS = helpers.ALGOS
 MPIRUN = os.path.join(ROOT, 'launch', 'mpirun.sh')

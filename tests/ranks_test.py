@@ -37,6 +37,8 @@ from cocod_jax.record import schema as results_schema
 from tests import helpers
 from tests import reference
 
+pytestmark = pytest.mark.mpi  # Every test here launches mpirun.
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MPIRUN = os.path.join(ROOT, 'launch', 'mpirun.sh')
 ALGOS = helpers.ALGOS + ('asynlocal_sgd',)
