@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 DATASET ?= cifar10
 DATA_DIR ?=
 
-.PHONY: quickstart test lint bench paper-cpu overlap-cpu long-cpu venv data lock clean
+.PHONY: quickstart test test-fast lint bench paper-cpu overlap-cpu long-cpu venv data lock clean
 
 venv: $(STAMP)
 
@@ -53,7 +53,8 @@ quickstart: $(STAMP)
 data: $(STAMP)
 	$(PY) -m cocod_jax.prepare_data --dataset=$(DATASET) --data_dir=$(DATA_DIR)
 
-# The benchmarks (root only: the simulated network); writes runs/bench/bench.md.
+# The benchmarks (root only: the simulated network); writes runs/bench/bench.{md,json} and the
+# timelines, which docs/bench/ holds (README's benchmark targets are rendered from it).
 bench: $(STAMP)
 	$(PY) -m launch.bench --out=runs/bench
 
@@ -76,8 +77,12 @@ overlap-cpu: $(STAMP)
 long-cpu: $(STAMP)
 	$(PY) -m cocod_jax.experiments.long_schedule --scale=cpu --parallel=2 --workdir=runs/long
 
+# Every test (CI); test-fast leaves out those marked slow, mpi or slurm (pyproject.toml).
 test: $(STAMP)
 	$(PY) -m pytest -q tests
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow and not mpi and not slurm" tests
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check cocod_jax configs tests launch

@@ -17,6 +17,7 @@ from cocod_jax.experiments import corrections
 from cocod_jax.experiments import correctness
 from cocod_jax.experiments import long_schedule
 from cocod_jax.experiments import overlap
+from cocod_jax.experiments import timing
 from configs import overlap as overlap_config
 from configs import scales
 
@@ -170,11 +171,11 @@ def test_time_to_registered_target():
   table = {'cells': [{'algo': 'ssgd', 'task': 'c10_r18', 'mean': 90.0},
                      {'algo': 'cocod_sgd', 'task': 'c10_r18', 'mean': 95.0},
                      {'algo': 'ssgd', 'task': 'c100_r18', 'mean': None}]}  # fmt: skip
-  assert common.targets_from(table) == {'c10_r18': 89.5}  # S-SGD's mean - 0.5, nothing else.
+  assert timing.targets_from(table) == {'c10_r18': 89.5}  # S-SGD's mean - 0.5, nothing else.
   results = {'epochs': [{'test_accuracy': a, 'train_time_s': t}
                         for a, t in ((0.80, 1.0), (0.895, 2.5), (0.85, 4.0))]}  # fmt: skip
-  assert common.time_to_target(results, 89.5) == 2.5  # The first epoch at or above it.
-  assert common.time_to_target(results, 89.6) is None  # Never reached: no time.
+  assert timing.time_to_target(results, 89.5) == 2.5  # The first epoch at or above it.
+  assert timing.time_to_target(results, 89.6) is None  # Never reached: no time.
 
 
 def test_simnet_args_of_a_link():
@@ -189,8 +190,8 @@ def test_simnet_args_of_a_link():
 def test_speedup_model_by_hand():
   # Ring allreduce: Tc(4) = Tc(2) * (2 * 3 / 4) / (2 * 1 / 2) = 1.5 Tc(2); CoCoD at k = 5 with
   # Tp = 0.1 and Tc(4) = 0.3: step max(0.1, 0.06) = 0.1, speedup 4.
-  assert common.ring_tc(0.2, 2, 4) == pytest.approx(0.3)
-  assert common.ring_tc(0.2, 2, 1) == 0.0
+  assert timing.ring_tc(0.2, 2, 4) == pytest.approx(0.3)
+  assert timing.ring_tc(0.2, 2, 1) == 0.0
   assert 4 * 0.1 / timeline.model_step_time('cocod_sgd', 0.1, 0.3, 5) == pytest.approx(4.0)
   assert 4 * 0.1 / timeline.model_step_time('ssgd', 0.1, 0.3, 5) == pytest.approx(1.0)
   # A delay tau: the allreduce hides behind the round's last tau steps. Tp 0.1, Tc 0.3, k 5:
@@ -229,7 +230,7 @@ def test_time_figure_two_seeds_two_links_model_from_the_other_seed(tmp_path):
             point('cocod_sgd', 1, (0.7, 0.8, 0.8), 1.0, 0.1, 0.2)]  # fmt: skip
   link_b = link_a[:3] + [point('cocod_sgd', 1, (0.7, 0.79, 0.79), 1.0, 0.1, 0.2)]
   try:
-    text, data = common.time_to_accuracy(
+    text, data = timing.time_to_accuracy(
       {'A': link_a, 'B': link_b}, ('ssgd', 'cocod_sgd'), ('c10_r18',), 'homogeneous',
       scales.task_title, 'fig3', 'Figure 3', {'c10_r18': 80.0},
     )  # fmt: skip
@@ -263,10 +264,10 @@ def test_where_the_time_goes_splits_compilation_warmup_and_the_rest():
   epochs = [{'epoch': i + 1, 'train_time_s': t, 'test_accuracy': a}
             for i, (t, a) in enumerate(zip((5.0, 6.0, 6.5, 7.0, 7.5), accs))]  # fmt: skip
   results = {'epochs': epochs, 'config': {'algorithm': {'warmup_period_epochs': 2}}}
-  got = common.where_the_time_goes(results, 80.0)
+  got = timing.where_the_time_goes(results, 80.0)
   assert got == {'first_epoch_s': 5.0, 'warmup_epochs': 2, 'warmup_s': 6.0,
                  'after_warmup_epoch_s': pytest.approx(0.5), 'epoch_reached': 4}  # fmt: skip
-  assert common.where_the_time_goes(results, 90.0)['epoch_reached'] is None
+  assert timing.where_the_time_goes(results, 90.0)['epoch_reached'] is None
 
 
 def test_figure4_model_comes_from_the_calibration_runs(tmp_path, monkeypatch):
@@ -288,7 +289,7 @@ def test_figure4_model_comes_from_the_calibration_runs(tmp_path, monkeypatch):
 
     points = [point(a, n, 0.2, 0.9) for a in ('ssgd', 'cocod_sgd') for n in (1, 2)]
     points += [point('ssgd', n, 0.1, 0.3, 'calibration') for n in (1, 2)]
-    _, data = common.speedup(points, ('ssgd', 'cocod_sgd'), 'link', largest=2)
+    _, data = timing.speedup(points, ('ssgd', 'cocod_sgd'), 'link', largest=2)
   finally:
     common.FLAGS.unparse_flags()
   models = {m['algo']: m for m in data['model']}

@@ -12,7 +12,7 @@ compressed average against the float32 one. Then, per link of --timing_links, th
 of the variants in `configs.corrections.TIMED`: the time to the target set by the rule of the
 tables (S-SGD's mean final accuracy over the accuracy runs - 0.5 point), the time per epoch,
 r = Tc / Tp of each run and the bytes a rank hands to MPI a round (medians over the runs, with
-their range; `common.timing_summary`). Writes corrections.md, .json, .png and
+their range; `timing.timing_summary`). Writes corrections.md, .json, .png and
 corrections_correct.npz (the per-example correctness of every run a verdict used) into
 --workdir.
 """
@@ -28,6 +28,7 @@ from cocod_jax.config import flags as cocod_flags
 from cocod_jax.experiments import accuracy
 from cocod_jax.experiments import common
 from cocod_jax.experiments import correctness
+from cocod_jax.experiments import timing
 from configs import corrections as config
 from configs import scales
 
@@ -104,7 +105,7 @@ def _mean(values):
 
 
 def timing_rows(points, target: float | None) -> list[dict]:
-  """One row per timed variant over its timing runs (one per seed; `common.timing_summary`):
+  """One row per timed variant over its timing runs (one per seed; `timing.timing_summary`):
   time to `target`, per epoch, r and bytes."""
   by_variant = {}
   for p in points:
@@ -119,7 +120,7 @@ def timing_rows(points, target: float | None) -> list[dict]:
     squeezed = next(iter(runs.values())).get('snapshot_allreduce') or {}
     rows.append({
       'variant': variant,
-      **common.timing_summary(runs, base, target),
+      **timing.timing_summary(runs, base, target),
       'status': sorted({r.get('status') for r in runs.values()}),
       'payload_bytes': squeezed.get('payload_bytes'),
     })  # fmt: skip
@@ -179,15 +180,15 @@ def render(task, acc_rows, reference_finals, timed, target) -> str:
       '|---|---|---|---|---|---|---|---|---|---|',
     ]
     for r in rows:
-      reached = common.spread(r['time_s'], r['time_range'], '{:.1f}')
+      reached = timing.spread(r['time_s'], r['time_range'], '{:.1f}')
       if r['reached'] < r['runs']:
         reached = 'not reached' if not r['reached'] else f'{r["reached"]} of {r["runs"]} reached'
       lines.append(
         f'| {r["variant"]} | {r["runs"]} | {_fmt(r["final"], "{:.2f}")} | {reached} '
-        f'| {common.spread(r["speedup"], r["speedup_range"], "{:.2f}x")} '
-        f'| {common.spread(r["epoch_s"], r["epoch_range"], "{:.3f}")} '
-        f'| {common.spread(r["epoch_speedup"], r["epoch_speedup_range"], "{:.2f}x")} '
-        f'| {common.spread(r["r"], r["r_range"], "{:.2f}")} '
+        f'| {timing.spread(r["speedup"], r["speedup_range"], "{:.2f}x")} '
+        f'| {timing.spread(r["epoch_s"], r["epoch_range"], "{:.3f}")} '
+        f'| {timing.spread(r["epoch_speedup"], r["epoch_speedup_range"], "{:.2f}x")} '
+        f'| {timing.spread(r["r"], r["r_range"], "{:.2f}")} '
         f'| {_fmt(r["hidden"], "{:.0%}")} | {_fmt(r["payload_bytes"], "{:,}")} |'
       )
   return '\n'.join(lines) + '\n'

@@ -30,6 +30,7 @@ from cocod_jax.experiments import artefacts
 from cocod_jax.experiments import common
 from cocod_jax.experiments import corrections
 from cocod_jax.experiments import correctness
+from cocod_jax.experiments import timing
 from configs import overlap as config
 from configs import scales
 
@@ -96,7 +97,7 @@ def _paired_final_gap(runs: dict, base: dict) -> float | None:
 
 
 def timing_rows(points, target, accuracy_rows: dict, variants) -> list[dict]:
-  """One row per timed variant of one column on one link: `common.timing_summary` against S-SGD
+  """One row per timed variant of one column on one link: `timing.timing_summary` against S-SGD
   (time to `target`, epoch speedup, r, hidden), the tau delay=auto chose, and the accuracy the
   frontier draws: the full runs' difference to S-SGD with its interval (`accuracy_rows`), or for
   a variant without full runs its timing runs' mean paired difference (no interval)."""
@@ -117,8 +118,8 @@ def timing_rows(points, target, accuracy_rows: dict, variants) -> list[dict]:
     else:
       accuracy_of = {'difference': _paired_final_gap(runs, base), 'lo': None, 'hi': None,
                      'source': f'its {len(runs)} timing runs (no interval)'}  # fmt: skip
-    summary = common.timing_summary(runs, base, target)
-    model = common.model_speedup(runs, base)
+    summary = timing.timing_summary(runs, base, target)
+    model = timing.model_speedup(runs, base)
     rows.append({'variant': v, **summary, 'tau': taus, 'accuracy': accuracy_of, 'model': model,
                  'of_model': summary['epoch_speedup'] / model if model and summary['epoch_speedup']
                  else None})  # fmt: skip
@@ -305,16 +306,16 @@ def _render_timing(link: str, task: str, part: dict) -> list[str]:
     interval = f' [{acc["lo"]:+.2f}, {acc["hi"]:+.2f}]' if acc.get('lo') is not None else ''
     accuracy_text = '-' if acc.get('difference') is None else f'{acc["difference"]:+.2f}{interval}'
     reached = (
-      common.spread(r['time_s'], r['time_range'], '{:.1f}')
+      timing.spread(r['time_s'], r['time_range'], '{:.1f}')
       if r['time_s'] is not None
       else f'{r["reached"]} of {r["runs"]} reached'
     )
     lines.append(
       f'| {r["variant"]} | {", ".join(map(str, r["tau"])) or "-"} | {accuracy_text} '
-      f'| {common.spread(r["epoch_s"], r["epoch_range"], "{:.3f}")} '
-      f'| {common.spread(r["epoch_speedup"], r["epoch_speedup_range"], "{:.2f}x")} '
+      f'| {timing.spread(r["epoch_s"], r["epoch_range"], "{:.3f}")} '
+      f'| {timing.spread(r["epoch_speedup"], r["epoch_speedup_range"], "{:.2f}x")} '
       f'| {_f(r.get("model"), "{:.2f}x")} '
-      f'| {reached} | {common.spread(r["speedup"], r["speedup_range"], "{:.2f}x")} '
+      f'| {reached} | {timing.spread(r["speedup"], r["speedup_range"], "{:.2f}x")} '
       f'| {_f(r["hidden"], "{:.0%}")} | {_f(r["r"])} |'
     )
   need = f'a time-to-target speedup of at least {check["speedup"]}x with both seeds'
@@ -364,12 +365,12 @@ def _render_mixed(mixed: dict) -> list[str]:
       '|---|---|---|---|---|---|',
     ]
     for r in part['rows']:
-      reached = (common.spread(r['time_s'], r['time_range'], '{:.1f}') if r['time_s'] is not None
+      reached = (timing.spread(r['time_s'], r['time_range'], '{:.1f}') if r['time_s'] is not None
                  else f'{r["reached"]} of {r["runs"]} reached')  # fmt: skip
       lines.append(
-        f'| {r["variant"]} | {common.spread(r["epoch_s"], r["epoch_range"], "{:.3f}")} '
-        f'| {common.spread(r["epoch_speedup"], r["epoch_speedup_range"], "{:.2f}x")} '
-        f'| {reached} | {common.spread(r["speedup"], r["speedup_range"], "{:.2f}x")} '
+        f'| {r["variant"]} | {timing.spread(r["epoch_s"], r["epoch_range"], "{:.3f}")} '
+        f'| {timing.spread(r["epoch_speedup"], r["epoch_speedup_range"], "{:.2f}x")} '
+        f'| {reached} | {timing.spread(r["speedup"], r["speedup_range"], "{:.2f}x")} '
         f'| {_f(r["hidden"], "{:.0%}")} |'
       )
   return lines
