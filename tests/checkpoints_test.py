@@ -29,6 +29,9 @@ from cocod_jax.record import checkpoints
 from cocod_jax.record import workdir
 from tests import helpers
 
+# It trains and interrupts runs: left out of make test-fast.
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALGOS = helpers.ALGOS + ('asynlocal_sgd',)
 POINTS = {'warmup_end': 4, 'mid_epoch': 5, 'mid_round': 9}

@@ -10,6 +10,9 @@ import pytest
 from cocod_jax.config import errors
 from cocod_jax.record import provenance
 
+# It starts every entry point: left out of make test-fast.
+pytestmark = pytest.mark.slow
+
 # Every command a user types, as `python -m <module>`, with one of its own flags.
 ENTRY_POINTS = {
   'cocod_jax.main': '--workdir',

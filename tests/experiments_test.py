@@ -21,6 +21,9 @@ from cocod_jax.experiments import timing
 from configs import overlap as overlap_config
 from configs import scales
 
+# It runs every experiment at smoke scale: left out of make test-fast.
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN = os.path.join(ROOT, 'tests', 'data', 'experiments')
 ARTEFACTS = ('table1', 'table2', 'fig2', 'fig3', 'fig4', 'fig5', 'fig6')

@@ -15,6 +15,9 @@ from cocod_jax.data import mnist1d as mnist1d_data
 from cocod_jax.data import pipeline as input_pipeline
 from configs import test as test_config
 
+# It generates MNIST-1D and mock TFDS sets: left out of make test-fast.
+pytestmark = pytest.mark.slow
+
 
 def test_digits_fixed_split():
   a = input_pipeline.load_dataset('digits')

@@ -9,6 +9,9 @@ import sys
 
 import pytest
 
+# It starts launchers and the simulated network: left out of make test-fast.
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MPIRUN = os.path.join(ROOT, 'launch', 'mpirun.sh')
 SIMNET = os.path.join(ROOT, 'launch', 'simnet.sh')

@@ -10,6 +10,9 @@ import pytest
 
 from cocod_jax.record import schema as results_schema
 
+# It starts the entry point in processes: left out of make test-fast.
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

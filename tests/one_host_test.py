@@ -15,6 +15,9 @@ from cocod_jax.cluster import background
 from cocod_jax.cluster import one_host
 from tests import helpers
 
+# It trains on 8 devices: left out of make test-fast.
+pytestmark = pytest.mark.slow
+
 ALGOS = helpers.ALGOS
 
 

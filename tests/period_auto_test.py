@@ -23,6 +23,9 @@ from configs import test as test_config
 from tests import helpers
 from tests import mpi_test
 
+# It measures and trains: left out of make test-fast.
+pytestmark = [pytest.mark.slow, pytest.mark.mpi]
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -21,6 +21,9 @@ from cocod_jax import prepare_data
 from cocod_jax.data import cifar
 from cocod_jax.data import pipeline as input_pipeline
 
+# It builds mock TFDS sets: left out of make test-fast.
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CIFAR10_URL = 'https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz'
 PER_FILE = 3  # Examples in each fake batch file: 5 train files, 1 test file.

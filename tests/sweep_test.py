@@ -32,6 +32,9 @@ from cocod_jax.sweep import slurm
 from cocod_jax.sweep import state as state_lib
 from cocod_jax.sweep import task as task_lib
 
+# It runs sweeps of real runs: left out of make test-fast.
+pytestmark = pytest.mark.slow
+
 ROOT = provenance.ROOT
 DATA = os.path.join(ROOT, 'tests', 'data', 'sweep')
 TINY = 'tests/data/sweep/tiny.py'

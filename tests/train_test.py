@@ -20,6 +20,9 @@ from configs import test as test_config
 from tests import helpers
 from tests import reference
 
+# It trains every algorithm: left out of make test-fast.
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize('algorithm', helpers.ALGOS)
 def test_trajectory_matches_reference(tmp_path, algorithm):

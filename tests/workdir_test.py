@@ -23,6 +23,9 @@ from tests import checkpoints_test
 from tests import helpers
 from tests import main_test
 
+# It starts runs in processes: left out of make test-fast.
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
