@@ -95,7 +95,9 @@ def bench_targets(root: str) -> str:
   with open(md) as f:
     lines = f.read().split('\n')
   measured = next((line for line in lines if line.startswith('Measured')), 'Measured: ?')
-  targets = [line for line in lines if line.startswith('- ') and line.endswith((': met', ': MISSED'))]
+  targets = [
+    line for line in lines if line.startswith('- ') and line.endswith((': met', ': MISSED'))
+  ]
   return '\n'.join([measured, '', *targets])
 
 
