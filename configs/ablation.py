@@ -6,8 +6,9 @@ thing changed at a time, every variant paired with S-SGD by seed and test exampl
         --config=configs/ablation.py:variant=cocod_avg_momentum,seed=0
 
 Arguments after `:`: `variant` (below), `task` (a Table 1 column at the cpu scale; default
-c100_r18, where the pilot saw the largest gap), `seed`; `sweep` takes `task` and `seeds`
-(default 3). Every variant is the Table 1 cell of `task` (configs/table1.py) with one change:
+c100_r18, where the pilot saw the largest gap), `seed`, `scale` (cpu; smoke for the tests);
+`sweep` takes `task`, `seeds` (default 3) and `scale`. Every variant is the Table 1 cell of
+`task` (configs/table1.py) with one change:
 
 - `ssgd`, `cocod`: S-SGD and CoCoD-SGD as in the table (the pair every other row is judged by);
 - `cocod_avg_momentum`: the momentum buffers averaged with the parameters each round;
@@ -38,18 +39,21 @@ REFERENCE = {v: ('ssgd_lr_half' if v == 'cocod_lr_half' else 'ssgd') for v in VA
 
 
 def get_config(arg=None):
-  a = config_args.parse(arg, dict(variant='cocod', task='c100_r18', seed=0))
+  a = config_args.parse(arg, dict(variant='cocod', task='c100_r18', seed=0, scale='cpu'))
   config_args.choice('variant', a.variant, tuple(VARIANTS))
   config_args.choice('task', a.task, tuple(scales.TASKS))
+  config_args.choice('scale', a.scale, ('cpu', 'smoke'))
   algo, overrides = VARIANTS[a.variant]
   return common.apply(
-    table1.get_config(f'algo={algo},task={a.task},scale=cpu,seed={a.seed}'), overrides
+    table1.get_config(f'algo={algo},task={a.task},scale={a.scale},seed={a.seed}'), overrides
   )
 
 
 def sweep(add, arg=None):
-  a = config_args.parse(arg, dict(task='c100_r18', seeds=3))
+  a = config_args.parse(arg, dict(task='c100_r18', seeds=3, scale='cpu'))
   config_args.choice('task', a.task, tuple(scales.TASKS))
+  config_args.choice('scale', a.scale, ('cpu', 'smoke'))
+  at = '' if a.scale == 'cpu' else f',scale={a.scale}'  # The cpu points keep their arguments.
   for variant in VARIANTS:
     for seed in range(a.seeds):
-      add(config_arg=f'variant={variant},task={a.task},seed={seed}')
+      add(config_arg=f'variant={variant},task={a.task},seed={seed}{at}')

@@ -207,7 +207,8 @@ def speedup_figure() -> int:
 def ablation() -> int:
   """Why CoCoD-SGD trails S-SGD (configs/ablation.py): each variant against its S-SGD pair."""
   seeds = FLAGS.seeds or (1 if FLAGS.scale == 'smoke' else 3)  # 3 registered; smoke: the tests
-  arg = f'task={FLAGS.task},seeds={seeds}'
+  at = '' if FLAGS.scale == 'cpu' else f',scale={FLAGS.scale}'  # The cpu points keep their args.
+  arg = f'task={FLAGS.task},seeds={seeds}{at}'
   points = common.run(ablation_config, arg)
   if points is None:  # A dry run or a Slurm submission: the runner said what it would do.
     return 0
