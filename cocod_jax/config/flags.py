@@ -68,8 +68,9 @@ def define_sweep_flags() -> None:
   flags.mark_flags_as_required(['config', 'workdir'])
 
 
-def define_experiment_flags() -> None:
-  """The flags of the per-artefact entry points (`cocod_jax.experiments.<name>`)."""
+def define_experiment_flags(replot: bool = False) -> None:
+  """The flags of the per-artefact entry points (`cocod_jax.experiments.<name>`); with `replot`
+  (an entry point that can draw its figures from its json alone) --replot too."""
   _define_runner_flags('runs/paper', 'Where the points and the artefacts go.')
   flags.DEFINE_enum('scale', 'cpu', list(SCALES), 'configs/scales.py.')
   flags.DEFINE_integer('seeds', 0, 'Seeds per cell; 0: the registered ones (configs/scales.py).')
@@ -95,6 +96,10 @@ def define_experiment_flags() -> None:
     'than one the table gives the median and the range.',
     lower_bound=1,
   )
+  if replot:
+    flags.DEFINE_bool(
+      'replot', False, 'Redraw the .png files from <workdir>/<name>.json alone; run nothing.'
+    )
 
 
 def define_prepare_data_flags(datasets) -> None:
