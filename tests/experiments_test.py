@@ -16,7 +16,9 @@ from cocod_jax.experiments import common
 from cocod_jax.experiments import corrections
 from cocod_jax.experiments import correctness
 from cocod_jax.experiments import long_schedule
-from cocod_jax.experiments import overlap
+from cocod_jax.experiments import overlap_analysis
+from cocod_jax.experiments import overlap_plots
+from cocod_jax.experiments import overlap_report
 from cocod_jax.experiments import timing
 from configs import overlap as overlap_config
 from configs import scales
@@ -495,8 +497,10 @@ def test_overlap_choice_target_and_rendering(flags_parsed, tmp_path):
         diverged = v == 'anchor_05_00' and task == 'c100_v16'
         pilot.append(_overlap_point(v, task, s, 80.0 + s % 10 + gap,
                                     state='DIVERGED' if diverged else 'DONE'))  # fmt: skip
-  rows = overlap.stage_rows(pilot, overlap_config.HARD, overlap_config.stage_variants('pilot', []))
-  chosen = overlap.choose(rows)
+  rows = overlap_analysis.stage_rows(
+    pilot, overlap_config.HARD, overlap_config.stage_variants('pilot', [])
+  )
+  chosen = overlap_analysis.choose(rows)
   assert chosen == {'delay': 'delay_2', 'eager': 'eager_4_g1', 'anchor': 'anchor_06_07'}
   # Full runs on the hard CNN column only (the rest not run): Local-SGD 0.3 below S-SGD, so
   # delay_2 (0.2 below S-SGD: +0.10 against Local-SGD) meets the target there, CoCoD-SGD
@@ -509,13 +513,13 @@ def test_overlap_choice_target_and_rendering(flags_parsed, tmp_path):
       pending = v == 'eager_4_g1' and s == 4
       full.append(_overlap_point(v, 'c100_r18', s, 80.0 + s + gap,
                                  state='PENDING' if pending else 'DONE'))  # fmt: skip
-  gap = overlap.versus_local(full, 'c100_r18', 'delay_2')
+  gap = overlap_analysis.versus_local(full, 'c100_r18', 'delay_2')
   assert gap['seeds'] == [0, 1, 2, 3, 4] and gap['gap'] == pytest.approx(0.1) and gap['meets']
-  assert not overlap.versus_local(full, 'c100_r18', 'cocod')['meets']
-  assert overlap.versus_local(full, 'c100_v16', 'cocod') is None
-  data = overlap.assemble(pilot, rows, full, chosen)
+  assert not overlap_analysis.versus_local(full, 'c100_r18', 'cocod')['meets']
+  assert overlap_analysis.versus_local(full, 'c100_v16', 'cocod') is None
+  data = overlap_analysis.assemble(pilot, rows, full, chosen)
   assert data['not_run'] == ['eager_4_g1 c100_r18 seed 4']
-  text = overlap.render(data)
+  text = overlap_report.render(data)
   assert '| delay_2 | -0.20 [-0.20, -0.20] equivalent | -0.20 [' in text
   assert '| anchor_05_00 | +0.50 [+0.50, +0.50] inconclusive | diverged |' in text
   assert (
@@ -526,7 +530,7 @@ def test_overlap_choice_target_and_rendering(flags_parsed, tmp_path):
   assert '| delay_2 | +0.10 (5 seeds) | not run | not run | not run | undecided |' in text
   assert '| cocod | -0.70 (5 seeds) | not run | not run | not run | no |' in text
   assert 'Not run (1 of ' in text and 'eager_4_g1 c100_r18 seed 4' in text
-  overlap.plot(data)
+  overlap_plots.plot(data)
   assert (tmp_path / 'overlap.png').stat().st_size > 10_000
 
 
@@ -598,16 +602,16 @@ def test_overlap_timing_frontier_and_target(flags_parsed, tmp_path):
       for t in overlap_config.TASKS
     },  # fmt: skip
   }
-  part = overlap.assemble_timing({'50mbit/8kb/8000': {'c10_r18': points}}, full)['50mbit/8kb/8000'][
-    'c10_r18'
-  ]
+  part = overlap_analysis.assemble_timing({'50mbit/8kb/8000': {'c10_r18': points}}, full)[
+    '50mbit/8kb/8000'
+  ]['c10_r18']
   rows = {r['variant']: r for r in part['rows']}
   assert part['target'] == pytest.approx(95.5)
   assert rows['local_sgd']['speedup'] == pytest.approx(2.0)
   assert rows['delay_1']['speedup'] == pytest.approx(4 / 2.2)
   assert rows['cocod']['speedup'] == pytest.approx(1.6)
   assert rows['eager_2_g0']['speedup'] is None and rows['eager_2_g0']['reached'] == 0
-  assert overlap.frontier_x(rows['eager_2_g0']) == (pytest.approx(2.5), False)
+  assert overlap_analysis.frontier_x(rows['eager_2_g0']) == (pytest.approx(2.5), False)
   assert rows['delay_auto']['tau'] == [2]
   # The model at S-SGD's Tp 0.01 s and Tc 0.009 s (the other seed's run): Local-SGD 0.019 /
   # (0.01 + 0.009 / 5); delay 1: ((5 - 1) 0.01 + max(0.01, 0.009)) / 5 = 0.01 a step, 1.9x.
@@ -623,7 +627,7 @@ def test_overlap_timing_frontier_and_target(flags_parsed, tmp_path):
   assert check['speedup'] == 1.6 and check['hidden'] == 0.9  # S-SGD's r 0.9: r ~ 1.
   assert check['met_by'] == ['delay_1']
   data = {'timing': {'50mbit/8kb/8000': {'c10_r18': part}}}
-  text = '\n'.join(overlap._render_timing('50mbit/8kb/8000', 'c10_r18', part))
+  text = '\n'.join(overlap_report._render_timing('50mbit/8kb/8000', 'c10_r18', part))
   assert (
     '| delay_1 | - | -0.10 [-0.30, +0.10] | 0.550 | 1.82x | 1.90x | 2.2 | 1.82x | 95% | 0.90 |'
     in text
@@ -631,7 +635,7 @@ def test_overlap_timing_frontier_and_target(flags_parsed, tmp_path):
   assert '| delay_auto | 2 | -0.30 |' in text and '0 of 2 reached' in text
   assert 'delay_1: meets' in text and 'cocod: no (accuracy target not met)' in text
   assert 'eager_2_g0: no (accuracy target not met; target reached by 0 of 2 seeds)' in text
-  overlap.plot_frontier(data)
+  overlap_plots.plot_frontier(data)
   assert (tmp_path / 'overlap_frontier.png').stat().st_size > 10_000
 
 

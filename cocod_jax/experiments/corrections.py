@@ -28,6 +28,7 @@ from cocod_jax.config import flags as cocod_flags
 from cocod_jax.experiments import accuracy
 from cocod_jax.experiments import common
 from cocod_jax.experiments import correctness
+from cocod_jax.experiments import figures
 from cocod_jax.experiments import timing
 from configs import corrections as config
 from configs import scales
@@ -104,19 +105,24 @@ def _mean(values):
   return statistics.mean(values) if values else None
 
 
+def timed_runs(points, variants, with_epochs: bool = False) -> tuple[dict, list]:
+  """The timing runs by variant (`as_rows` applied): S-SGD's {seed: results} and [(variant,
+  {seed: results})] of each of `variants` with a run, in their order; a point counts with its
+  results (`with_epochs`: and at least one epoch in them)."""
+  by_variant = {}
+  for p in points:
+    if p.results and (p.results.get('epochs') or not with_epochs):
+      by_variant.setdefault(p.arg['algo'], {})[p.arg['seed']] = p.results
+  base = by_variant.get(config.REFERENCE, {})
+  return base, [(v, by_variant[v]) for v in variants if by_variant.get(v)]
+
+
 def timing_rows(points, target: float | None) -> list[dict]:
   """One row per timed variant over its timing runs (one per seed; `timing.timing_summary`):
   time to `target`, per epoch, r and bytes."""
-  by_variant = {}
-  for p in points:
-    if p.results:
-      by_variant.setdefault(p.arg['algo'], {})[p.arg['seed']] = p.results
-  base = by_variant.get(config.REFERENCE, {})
+  base, timed = timed_runs(points, TIMED)
   rows = []
-  for variant in TIMED:
-    runs = by_variant.get(variant)
-    if not runs:
-      continue
+  for variant, runs in timed:
     squeezed = next(iter(runs.values())).get('snapshot_allreduce') or {}
     rows.append({
       'variant': variant,
@@ -194,26 +200,22 @@ def render(task, acc_rows, reference_finals, timed, target) -> str:
   return '\n'.join(lines) + '\n'
 
 
-def plot(task, acc_rows, timed_points, title):
-  """Left: each variant's difference to S-SGD with its interval; then one panel per link:
-  test accuracy against training time."""
-  plt = common._pyplot()  # pylint: disable=protected-access
-  panels = 1 + len(timed_points)
-  fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 3.8), squeeze=False)
-  ax = axes[0][0]
+def draw(task, acc_rows, timed_points, title):
+  """The figure on a grid of two columns: first each variant's difference to S-SGD with its
+  interval (the axis set by the bulk, an outlier at its edge with its value:
+  `figures.differences`); then a panel per link, the slowest first: test accuracy against
+  training time, one line per timed variant and seed."""
+  fig, axes = figures.grid(1 + len(timed_points), width=6.0, height=4.2)
+  ax = axes[0]
   shown = [r for r in acc_rows if r.get('difference') is not None]
-  ys = range(len(shown))
-  for y, r in zip(ys, shown):
-    ax.errorbar(r['difference'], y, xerr=[[r['difference'] - r['lo']], [r['hi'] - r['difference']]],
-                fmt='o', color='C0', capsize=3)  # fmt: skip
-  ax.axvspan(-accuracy.MARGIN, accuracy.MARGIN, color='green', alpha=0.1)
-  ax.axvline(0, color='gray', lw=0.8)
-  ax.set_yticks(list(ys), [r['variant'] for r in shown], fontsize=8)
-  ax.set_xlabel('final accuracy - S-SGD (points), 90% interval')
-  ax.set_title(scales.task_title(task, 'cpu'), fontsize=9)
-  for ax, (link, points) in zip(axes[0][1:], timed_points.items()):
+  style = {'fmt': 'o', 'color': 'C0'}
+  figures.differences(ax, [(x, r['difference'], r['lo'], r['hi'], style)
+                           for x, r in enumerate(shown)])  # fmt: skip
+  figures.variant_axis(ax, [r['variant'] for r in shown])
+  ax.set_title(f'{scales.task_title(task, "cpu")}: accuracy against S-SGD', fontsize=9)
+  for ax, link in zip(axes[1:], figures.by_rate(timed_points)):
     for i, variant in enumerate(TIMED):
-      runs = [q for q in points if q.arg['algo'] == variant and q.results]
+      runs = [q for q in timed_points[link] if q.arg['algo'] == variant and q.results]
       for j, p in enumerate(sorted(runs, key=lambda q: int(q.arg['seed']))):
         epochs = p.results['epochs']
         ax.plot([e['train_time_s'] for e in epochs], [100 * e['test_accuracy'] for e in epochs],
@@ -223,10 +225,15 @@ def plot(task, acc_rows, timed_points, title):
     ax.set_ylabel('test accuracy (%)')
     ax.set_title(f'MPI 2 x 8, {link}', fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+  figures.legend(fig, axes)
   fig.suptitle(title, fontsize=10)
-  fig.tight_layout()
-  return common.save_figure(fig, 'corrections')
+  return fig
+
+
+def plot(task, acc_rows, timed_points, title) -> str:
+  """Writes corrections.png (`draw`) into --workdir; its path. The timing panels draw the runs'
+  epochs, which corrections.json does not hold: the figure is drawn from the runs only."""
+  return common.save_figure(draw(task, acc_rows, timed_points, title), 'corrections')
 
 
 def make() -> int:
