@@ -1,9 +1,13 @@
-"""The benchmark's arithmetic (launch/bench.py) on hand-made timings: the time model, the rows
-and the Pipe-SGD breakdown. The benchmark itself needs root and a simulated network."""
+"""The benchmark's arithmetic (launch/bench.py, bench_model.py, bench_render.py) on hand-made
+timings: the time model, the rows and the Pipe-SGD breakdown. The benchmark itself needs root
+and a simulated network."""
 
 import numpy as np
 
 from launch import bench
+from launch import bench_measure
+from launch import bench_model
+from launch import bench_render
 
 
 def _timing(step, tp, tc, hidden, drain=0.0, round_time=None, steps=50):
@@ -21,7 +25,7 @@ def _timing(step, tp, tc, hidden, drain=0.0, round_time=None, steps=50):
 def test_time_model():
   # docs/algorithms.md: S-SGD Tp + Tc, Local-SGD Tp + Tc/k, Pipe-SGD max(Tp, Tc),
   # CoCoD max(Tp, Tc/k).
-  got = [bench.predicted_step(a, 0.1, 0.3, k=5) for a in bench.ALGOS]
+  got = [bench_model.predicted_step(a, 0.1, 0.3, k=5) for a in bench_model.ALGOS]
   np.testing.assert_allclose(got, [0.4, 0.3, 0.16, 0.1], rtol=1e-9)
 
 
@@ -42,7 +46,7 @@ CALIBRATION = {'a_s': 0.02, 'b_s_kbit': 108000.0, 'Tp_s': 0.1}
 
 
 def test_rows_use_the_ssgd_run_of_the_same_repeat_and_the_calibration_for_the_model():
-  rows = {r['algorithm']: r for r in bench.summarize(_two_repeats(), 600e3, 3.0, CALIBRATION)}
+  rows = {r['algorithm']: r for r in bench_model.summarize(_two_repeats(), 600e3, 3.0, CALIBRATION)}
   np.testing.assert_allclose(rows['ssgd']['r_measured'], [3.0, 4.0])
   np.testing.assert_allclose(rows['cocod_sgd']['speedup_vs_ssgd'], [4.0, 4.0])
   # The model takes the calibration's Tp, Tc (0.1, 0.2), not those of the S-SGD runs (0.1, 0.3
@@ -52,7 +56,7 @@ def test_rows_use_the_ssgd_run_of_the_same_repeat_and_the_calibration_for_the_mo
   # max(k Tp, Tc) = 0.5 in both repeats.
   np.testing.assert_allclose(rows['cocod_sgd']['round_vs_ideal'], [1.1, 1.2])
   assert rows['ssgd']['round_vs_ideal'] == [None, None]
-  assert bench.spread([0.1, 0.3, 0.2], scale=1e3) == '200.0 [100.0, 300.0]'
+  assert bench_render.spread([0.1, 0.3, 0.2], scale=1e3) == '200.0 [100.0, 300.0]'
 
 
 def _report():
@@ -60,14 +64,14 @@ def _report():
   for timings in runs.values():
     for t in timings:
       t['steps_per_epoch'] = 10
-  rows = bench.summarize(runs, 600e3, 3.0, CALIBRATION)
+  rows = bench_model.summarize(runs, 600e3, 3.0, CALIBRATION)
   stagings = {'host': runs['cocod_sgd']}
   return {'ratios': [{'target_r': 3.0, 'rate_kbit': 600e3, 'runs': runs, 'rows': rows}],
           'stagings': stagings, 'calibration': CALIBRATION}  # fmt: skip
 
 
 def test_pipe_table_adds_the_refill_of_each_epoch():
-  header, rule, line = bench.pipe_table(_report())
+  header, rule, line = bench_render.pipe_table(_report())
   assert header.count('|') == rule.count('|') == line.count('|')
   cells = [c.strip() for c in line.strip('|').split('|')]
   # max(Tp, Tc) of the runs: 320, 420 ms; refill min(Tp, Tc) / 10: 11, 10 ms; epoch-end wait
@@ -81,7 +85,7 @@ def test_pipe_table_adds_the_refill_of_each_epoch():
 
 def test_render_reports_each_target():
   report = _report()
-  text = bench.render(report)
+  text = bench_render.render(report)
   assert text.startswith('# Benchmark (median [min, max] over the runs)')
   assert '## Overlap on the simulated link (2 runs per row)' in text
   # CoCoD rounds 1.1 and 1.2 x max(k Tp, Tc): median 1.15, met; Local/CoCoD 1.6 and 1.44: met;
@@ -93,27 +97,27 @@ def test_render_reports_each_target():
     '- r = 3: CoCoD-SGD speedup over S-SGD = 4.00 [4.00, 4.00]x (target >= 1.6): met',
   ]
   report['ratios'][0]['runs']['local_sgd'][0]['step_time_s'] = 0.09
-  report['ratios'][0]['rows'] = bench.summarize(
+  report['ratios'][0]['rows'] = bench_model.summarize(
     report['ratios'][0]['runs'], 600e3, 3.0, CALIBRATION
   )
-  bench.render(report)
+  bench_render.render(report)
   assert report['targets'][1].endswith('MISSED')
 
 
 def test_render_says_where_each_section_was_measured():
   report = _report()
-  assert 'no provenance recorded' in bench.render(report)
+  assert 'no provenance recorded' in bench_render.render(report)
   here = {'commit': 'a' * 40, 'dirty': False, 'command': 'python -m launch.bench --out=runs/bench',
           'machine': '2 CPU cores (X, x86_64), 24 GiB', 'date': '2026-12-07 18:00 UTC'}  # fmt: skip
   report['provenance'] = {'overlap': here, 'hetero': dict(here, date='2026-12-07 18:20 UTC')}
-  text = bench.render(report)
+  text = bench_render.render(report)
   assert (
     'Measured at commit aaaaaaaaaaaa (tree clean), `python -m launch.bench --out=runs/bench`, '
     '2 CPU cores (X, x86_64), 24 GiB; 2026-12-07 18:00 UTC to 2026-12-07 18:20 UTC.'
   ) in text
   # A section measured again at another commit (--sections=): one line a section.
   report['provenance']['hetero'] = dict(here, commit='b' * 40, dirty=True)
-  text = bench.render(report)
+  text = bench_render.render(report)
   assert 'the sections mix commits or machines' in text
   assert '- overlap: commit aaaaaaaaaaaa (tree clean)' in text
   assert '- hetero: commit bbbbbbbbbbbb (tree dirty)' in text
@@ -122,7 +126,7 @@ def test_render_says_where_each_section_was_measured():
 def test_measure_records_the_provenance_of_the_sections_it_measures(monkeypatch):
   monkeypatch.setattr(bench.provenance, 'record', lambda: {'commit': 'new'})
   report = {'provenance': {'comm': {'commit': 'old'}}, 'comm': []}
-  monkeypatch.setattr(bench, 'measure_overhead', lambda out: {'ratio': 1.0})
+  monkeypatch.setattr(bench_measure, 'measure_overhead', lambda out: {'ratio': 1.0})
   bench.measure('unused', ['overhead'], report)
   assert report['provenance'] == {'comm': {'commit': 'old'}, 'overhead': {'commit': 'new'}}
 
@@ -130,7 +134,7 @@ def test_measure_records_the_provenance_of_the_sections_it_measures(monkeypatch)
 def test_overhead_and_comm_targets():
   runs = [{'bare_ms': 1.0, 'framework_ms': f, 'ratio': f} for f in (1.04, 1.08)]
   overhead = {'epochs': 6, 'runs': runs}
-  lines = bench.overhead_lines(overhead)
+  lines = bench_render.overhead_lines(overhead)
   assert lines[-1] == '- framework / bare step time = 1.060 [1.040, 1.080] (target <= 1.05): MISSED'
   comm = [
     {'link': 'shared memory', 'rows': [
@@ -142,7 +146,7 @@ def test_overhead_and_comm_targets():
       {'payload': 'resnet18', 'bytes': 44.7e6, 'leaves': 62, 'raw_ms': 700.0,
        'blocking_ms': 740.0, 'thread_ms': 745.0}]},
   ]  # fmt: skip
-  lines = bench.comm_lines(comm)
+  lines = bench_render.comm_lines(comm)
   assert (
     '- fixed cost, 78 KB over shared memory: +0.250 ms over raw (target <= 0.3 ms): met' in lines
   )
@@ -152,7 +156,7 @@ def test_overhead_and_comm_targets():
 
 def test_hetero_model_and_rows():
   # Slow rank's step 0.2 s, Tc 0.2 s, k = 5: S-SGD 0.4, Pipe+PS 0.2, AsynLocal 0.24, CoCoD+PS 0.2.
-  got = [bench.predicted_hetero(a, 0.2, 0.2) for _, a, _ in bench.HETERO]
+  got = [bench_model.predicted_hetero(a, 0.2, 0.2) for _, a, _ in bench_model.HETERO]
   np.testing.assert_allclose(got, [0.4, 0.4, 0.2, 0.24, 0.2], rtol=1e-9)
 
   def run(step, spe, hidden=0.0):
@@ -162,7 +166,7 @@ def test_hetero_model_and_rows():
   runs = {'S-SGD': [run(0.4, 15)], 'S-SGD+PS': [run(0.4, 10)], 'Pipe-SGD+PS': [run(0.25, 10)],
           'AsynLocal-SGD': [run(0.25, 10)], 'CoCoD-SGD+PS': [run(0.2, 10, 1.0)]}  # fmt: skip
   # The calibration: Tp 0.1 s (the slow rank's 0.2 s) and Tc 0.2 s at 600 Mbit/s.
-  lines = bench.hetero_lines({'rate_kbit': 600e3, 'runs': runs}, CALIBRATION)
+  lines = bench_render.hetero_lines({'rate_kbit': 600e3, 'runs': runs}, CALIBRATION)
   assert 'model from the calibration: Tp_slow 200.0 ms, Tc 200.0 ms, r = 1.00' in lines[0]
   cocod = [line for line in lines if line.startswith('| CoCoD-SGD+PS')][0]
   # Epoch: 15 x 0.4 = 6 s against 10 x 0.2 = 2 s: 3x measured, and 3x by the model.
@@ -178,9 +182,8 @@ def test_hetero_model_and_rows():
   assert model_cells(lines) == ['200.0 [200.0, 200.0]', '3.00 [3.00, 3.00]x']
   for timings in runs.values():
     timings[0]['Tc_s'] = 0.9
-  assert model_cells(bench.hetero_lines({'rate_kbit': 600e3, 'runs': runs}, CALIBRATION)) == [
-    '200.0 [200.0, 200.0]', '3.00 [3.00, 3.00]x'
-  ]  # fmt: skip
+  again = bench_render.hetero_lines({'rate_kbit': 600e3, 'runs': runs}, CALIBRATION)
+  assert model_cells(again) == ['200.0 [200.0, 200.0]', '3.00 [3.00, 3.00]x']
   assert lines[-1].endswith(': met')
 
 
@@ -194,7 +197,7 @@ def test_ranks_rows_and_target():
     'cocod_sgd': [run(0.2, 0.19, 0.01, 0.2, 0.95), run(0.3, 0.2, 0.012, 0.25, 0.9)],
   }
   ranks = {'workers_per_rank': 8, 'rate_kbit': 400e3, 'runs': runs}
-  lines = bench.ranks_lines(ranks)
+  lines = bench_render.ranks_lines(ranks)
   assert lines[0] == '## Multi-worker ranks: 2 ranks x 8 workers, 400 Mbit/s (2 runs per row)'
   cocod = [c.strip() for c in lines[5].strip('|').split('|')]
   # r of the S-SGD runs 0.9 and 1.1; local mean 10 and 12 ms.
@@ -205,4 +208,4 @@ def test_ranks_rows_and_target():
     '- 2 x 8: CoCoD-SGD speedup over S-SGD per step = 1.75 [1.50, 2.00]x (target >= 1.6): met'
   )
   runs['cocod_sgd'][0]['step_time_s'] = 0.3
-  assert bench.ranks_lines(ranks)[-1].endswith('(target >= 1.6): MISSED')
+  assert bench_render.ranks_lines(ranks)[-1].endswith('(target >= 1.6): MISSED')

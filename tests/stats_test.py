@@ -9,6 +9,7 @@ import pytest
 
 from cocod_jax.experiments import published
 from cocod_jax.experiments import stats
+from cocod_jax.experiments import stats_simulation
 
 # Measured in the pilot (docs/paper-cpu/pilot.md): the seed-to-seed standard deviation of the
 # paired difference (algorithm - S-SGD, final accuracy on the same 20000 test examples, same
@@ -68,14 +69,16 @@ def test_per_example_correctness_adds_the_test_sets_part():
   # Without an example effect the crossed standard error is the paired t-test's over seeds;
   # with one (the algorithms differ on which examples they get right) it is larger.
   rng = np.random.default_rng(1)
-  difficulty = stats.example_difficulty(rng, 5000, 0.9)
-  ref = stats.simulate_correctness(rng, 5, 5000, 0.9, 0.2, 0.0, difficulty)
-  alg = stats.simulate_correctness(rng, 5, 5000, 0.9, 0.2, 0.0, difficulty)
+  difficulty = stats_simulation.example_difficulty(rng, 5000, 0.9)
+  ref = stats_simulation.simulate_correctness(rng, 5, 5000, 0.9, 0.2, 0.0, difficulty)
+  alg = stats_simulation.simulate_correctness(rng, 5, 5000, 0.9, 0.2, 0.0, difficulty)
   crossed = stats.compare(alg, ref)
   by_seed = stats.compare(100 * alg.mean(axis=1), 100 * ref.mean(axis=1))
   assert crossed.difference == pytest.approx(by_seed.difference)
   assert crossed.se == pytest.approx(by_seed.se, rel=0.05) and crossed.test_examples == 5000
-  other = stats.simulate_correctness(rng, 5, 5000, 0.9, 0.2, 0.0, rng.permutation(difficulty))
+  other = stats_simulation.simulate_correctness(
+    rng, 5, 5000, 0.9, 0.2, 0.0, rng.permutation(difficulty)
+  )
   assert stats.compare(other, ref).var_example > 10 * max(crossed.var_example, 1e-3)
 
 
@@ -110,7 +113,9 @@ def test_power(true_difference, seeds, verdict):
   # first needs 10 (at 5 seeds equivalence comes out about 60% of the time, asserted below so
   # that a change of the procedure or of the spread shows here). docs/paper-cpu/pilot.md.
   rng = np.random.default_rng(2026)
-  rates = stats.verdict_rates(rng, true_difference, seeds, PILOT_SD_DIFFERENCE, trials=1000)
+  rates = stats_simulation.verdict_rates(
+    rng, true_difference, seeds, PILOT_SD_DIFFERENCE, trials=1000
+  )
   if verdict:
     assert rates[verdict] >= 0.9, rates
   else:
