@@ -101,3 +101,56 @@ def test_compression_only_for_cocod_sgd():
   (line,) = config_validation.errors(c)
   assert line.startswith("comm.dtype='int8' with comm.error_feedback=False is invalid with "
                          "algorithm.name='local_sgd'")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+  'name,period,refused',
+  [
+    ('ssgd', 4, True),
+    ('pipe_sgd', 4, True),
+    ('local_sgd', 4, False),
+    ('cocod_sgd', 4, False),
+    ('asynlocal_sgd', 4, False),
+    ('ssgd', 3, False),  # The name alone overridden: the period is the file's.
+  ],
+)
+def test_an_override_of_the_period_of_an_algorithm_without_one_is_refused(name, period, refused):
+  # `--config=configs/test.py --config.algorithm.name=NAME --config.algorithm.period=PERIOD`:
+  # the file gives cocod_sgd with period 3.
+  as_given = test_config.get_config()
+  c = test_config.get_config()
+  c.algorithm.name, c.algorithm.period = name, period
+  problems = config_validation.errors(c, as_given)
+  if not refused:
+    assert problems == []
+    return
+  assert problems == [
+    f"algorithm.period=4 is invalid with algorithm.name='{name}': it averages every step and has "
+    "no period, so the override would change nothing but the run's hash; allowed: 3 (the config "
+    "file's), or algorithm.name in ['local_sgd', 'cocod_sgd', 'asynlocal_sgd']"
+  ]
+  with pytest.raises(config_validation.errors_lib.UsageError):
+    config_validation.validate(c, as_given)
+  assert config_validation.errors(c) == []  # Not known to be an override: as a file gives it.
+
+
+def test_a_file_that_sets_the_period_stays_valid_with_every_algorithm():
+  # The smoke scale sets period 3 for every cell, S-SGD's included (configs/scales.py): a config
+  # file that carries a period is valid whatever its algorithm, with or without overrides.
+  from configs import table1  # pylint: disable=g-import-not-at-top
+
+  for name in table1.ALGOS:
+    c = table1.get_config(f'algo={name},scale=smoke')
+    assert c.algorithm.period == 3
+    assert config_validation.errors(c) == []
+    assert config_validation.errors(c, table1.get_config(f'algo={name},scale=smoke')) == []
+    c.num_epochs = 2  # Another field overridden.
+    assert config_validation.errors(c, table1.get_config(f'algo={name},scale=smoke')) == []
+
+
+def test_auto_for_an_algorithm_without_a_period_is_said_once():
+  as_given = test_config.get_config()
+  c = test_config.get_config()
+  c.algorithm.name, c.algorithm.period, c.backend = 'ssgd', 'auto', 'mpi'
+  (line,) = config_validation.errors(c, as_given)
+  assert line.startswith("algorithm.period='auto' is invalid with algorithm.name='ssgd'")

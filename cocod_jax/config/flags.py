@@ -12,6 +12,12 @@ imported as libraries, and absl refuses a flag defined twice):
 The runner's flags (--parallel, --launcher, --dry_run, ...) are shared by the sweep runner and
 the experiments and are defined by one function. The benchmark scripts in launch/ keep their
 own few flags beside their code.
+
+The experiments share one set of flags, and not every experiment reads every one of them:
+`EXPERIMENT_READS` names, per experiment entry point, those of `CHOOSES` it reads (the others,
+--workdir, --launcher, --dry_run, --report_only, --retry_failed, --data_dir, every experiment
+reads). `parse` refuses one given on the command line to an entry point that does not read it,
+and --helpshort lists only those that apply.
 """
 
 from absl import flags
@@ -75,31 +81,83 @@ def define_experiment_flags(replot: bool = False) -> None:
   flags.DEFINE_enum('scale', 'cpu', list(SCALES), 'configs/scales.py.')
   flags.DEFINE_integer('seeds', 0, 'Seeds per cell; 0: the registered ones (configs/scales.py).')
   flags.DEFINE_string('data_dir', '', 'TFDS data dir for CIFAR (paper scale).')
-  flags.DEFINE_string('task', 'c100_r18', 'The ablation: the Table 1 column it runs on.')
+  flags.DEFINE_string(
+    'task', 'c100_r18', 'The ablation and the corrections experiment: the Table 1 column.'
+  )
   flags.DEFINE_list(
     'timing_links',
     [],
     'The links of the timing runs (RATE[/BURST[/MTU]] each, see --link_rate): Figures 3 and 6 '
-    '(empty: --link_rate alone) and the corrections experiment (empty: its accuracy runs '
-    'alone).',
+    '(empty: --link_rate alone), the corrections and overlap experiments (empty: their accuracy '
+    'runs alone).',
   )
   flags.DEFINE_list(
     'timing_tasks',
     [],
-    'Figures 3 and 6: the tasks of the timing runs (configs/scales.py TASKS); empty: the '
-    'registered ones.',
+    'Figures 3 and 6 and the overlap experiment: the tasks of the timing runs (configs/scales.py '
+    'TASKS); empty: the registered ones.',
   )
   flags.DEFINE_integer(
     'timing_seeds',
     1,
-    'The corrections experiment: timing runs per variant and link (seeds 0, 1, ...); with more '
-    'than one the table gives the median and the range.',
+    'The corrections and overlap experiments: timing runs per variant and link (seeds 0, 1, '
+    '...); with more than one the table gives the median and the range.',
     lower_bound=1,
   )
   if replot:
     flags.DEFINE_bool(
       'replot', False, 'Redraw the .png files from <workdir>/<name>.json alone; run nothing.'
     )
+
+
+# The experiment flags that some experiments do not read: what each sets (said when one is given
+# to an experiment that does not read it).
+CHOOSES = {
+  'parallel': 'how many untimed runs go at once',
+  'link_rate': 'the simulated link of the timing runs',
+  'scale': 'the scale of the runs',
+  'seeds': 'the seeds per cell',
+  'task': 'the Table 1 column',
+  'timing_links': 'the links of the timing runs',
+  'timing_tasks': 'the tasks of the timing runs',
+  'timing_seeds': 'the timing runs per variant and link',
+}
+_TABLE = ('parallel', 'scale', 'seeds')  # One-host sweeps at --scale with --seeds.
+_TIMED = ('link_rate', 'scale', 'seeds', 'timing_links', 'timing_tasks')  # Timed sweeps alone.
+# Experiment entry point -> the flags of CHOOSES it reads (the timed sweeps run one point at a
+# time, whatever --parallel says; the corrections experiment and the timed sweeps of Figures 3 and
+# 6 name their links; long_schedule and corrections fix their own scale and the first its seeds).
+EXPERIMENT_READS = {
+  'table1': _TABLE,
+  'table2': _TABLE,
+  'ablation': (*_TABLE, 'task'),
+  'fig2': _TABLE,
+  'fig3': _TIMED,
+  'fig4': ('link_rate', 'scale'),
+  'fig5': _TABLE,
+  'fig6': _TIMED,
+  'corrections': ('parallel', 'seeds', 'task', 'timing_links', 'timing_seeds'),
+  'overlap': ('link_rate', 'parallel', 'scale', 'timing_links', 'timing_seeds', 'timing_tasks'),
+  'long_schedule': ('parallel',),
+}
+# `paper` makes these artefacts (experiments/artefacts.py), so it reads what any of them reads.
+PAPER = ('table1', 'table2', 'ablation', 'fig2', 'fig5', 'fig3', 'fig6', 'fig4')
+EXPERIMENT_READS['paper'] = tuple(
+  f for f in CHOOSES if any(f in EXPERIMENT_READS[n] for n in PAPER)
+)
+
+
+def not_applying(name: str) -> list[str]:
+  """The flags of CHOOSES that experiment entry point `name` does not read (none for an entry
+  point that is not an experiment of EXPERIMENT_READS)."""
+  reads = EXPERIMENT_READS.get(name, tuple(CHOOSES))
+  return [flag for flag in CHOOSES if flag not in reads]
+
+
+def _refusal(flag: str, name: str) -> str:
+  readers = [n for n, reads in EXPERIMENT_READS.items() if flag in reads]
+  listed = ', '.join(readers[:-1]) + f' and {readers[-1]}' if len(readers) > 1 else readers[0]
+  return f'--{flag} does not apply to {name} (it sets {CHOOSES[flag]}, for {listed} only)'
 
 
 def define_prepare_data_flags(datasets) -> None:
@@ -118,13 +176,16 @@ def define_mnist1d_check_flags(models) -> None:
   flags.DEFINE_list('models', list(models), 'Models to check.')
 
 
-def list_in_help() -> None:
+def list_in_help(name: str = '') -> None:
   """Makes the flags defined here the entry point's own, so that --helpshort lists them (absl
-  lists the main module's flags, and these are defined in this module)."""
+  lists the main module's flags, and these are defined in this module); for experiment `name`
+  those it reads (--helpfull lists them all)."""
   import sys  # pylint: disable=g-import-not-at-top
 
+  left_out = not_applying(name)
   for flag in FLAGS.flags_by_module_dict().get(__name__, []):
-    FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+    if flag.name not in left_out:
+      FLAGS.register_key_flag_for_module(sys.argv[0], flag)
 
 
 _HELP = ('-h', '-?', '--help', '--helpshort', '--helpfull', '--helpxml')
@@ -146,16 +207,22 @@ def parse(argv, name: str, config_overrides: bool = False):
   arguments that are not flags. `error: <name>: ...` on stderr, exit status 2.
 
   With `config_overrides` (the sweep runner) `--config.FIELD=VALUE` is taken as the entry point
-  `cocod_jax.main` takes it, an override of every point (the same as `--set FIELD=VALUE`)."""
+  `cocod_jax.main` takes it, an override of every point (the same as `--set FIELD=VALUE`).
+
+  An experiment (`name` in EXPERIMENT_READS) refuses a flag of CHOOSES that it does not read,
+  given on the command line: `error: --task does not apply to table1 (it sets ...)`, exit 2."""
   from cocod_jax.config import errors  # pylint: disable=g-import-not-at-top
 
   if config_overrides:
     argv = [f'--set={a[len("--config.") :]}' if a.startswith('--config.') else a for a in argv]
-  list_in_help()
+  list_in_help(name)
   try:
     rest = read(argv)
   except flags.Error as e:
     errors.fail(errors.UsageError(f'{name}: {" ".join(str(e).split())}'), errors.EXIT_USAGE)
+  for flag in not_applying(name):
+    if flag in FLAGS and FLAGS[flag].present:
+      errors.fail(errors.UsageError(_refusal(flag, name)), errors.EXIT_USAGE)
   if len(rest) > 1:
     extra = ' '.join(rest[1:])
     problem = f'{name}: unexpected arguments {extra!r}; every input is a --flag=value'

@@ -7,6 +7,11 @@ and exits with status 2). The allowed names are read from the registries where t
 `cluster.mpi.STAGINGS`, `models.MODELS`, `input_pipeline.DATASETS`, `schedules.LR_SCALINGS`. No
 data is loaded here: the checks of the data against the config (`input_pipeline.load_checked`)
 run where the data is loaded, still before anything is written.
+
+Given the config as its file gives it (`errors(config, as_given)`), a field that an override
+changed and that the chosen algorithm does not use is refused as well: `algorithm.period` for an
+algorithm that averages every step (not a `base.RoundAlgorithm`: S-SGD, Pipe-SGD), which would
+change nothing but the run's hash. A config file that sets such a field stays valid.
 """
 
 import numbers
@@ -16,6 +21,7 @@ from cocod_jax import cluster
 from cocod_jax import models
 from cocod_jax import schedules
 from cocod_jax import steps
+from cocod_jax.algorithms import base as algorithms_base
 from cocod_jax.algorithms import correction
 from cocod_jax.cluster import compression
 from cocod_jax.cluster import mpi
@@ -263,17 +269,43 @@ def _cluster_fields(config, v: _Checks) -> None:
                    'worker_speeds (one speed per worker)')  # fmt: skip
 
 
-def errors(config) -> list[str]:
-  """Every invalid field of `config`, one line each (empty when the config is valid)."""
+def _overridden_fields(config, as_given, v: _Checks) -> None:
+  """A field that the command line's overrides changed from `as_given` (the config as its file
+  gives it) and that the chosen algorithm does not use: refused, naming the file's value."""
+  a = config.algorithm
+  cls = algorithms.ALGORITHMS.get(a.name)
+  if cls is None or issubclass(cls, algorithms_base.RoundAlgorithm):
+    return
+  given = as_given.algorithm.period
+  if a.period != given and _is_int(a.period) and a.period >= 1:  # (Else _period_field says.)
+    periodic = [n for n, c in algorithms.ALGORITHMS.items()
+                if issubclass(c, algorithms_base.RoundAlgorithm)]  # fmt: skip
+    v.out.append(
+      f'algorithm.period={a.period!r} is invalid with algorithm.name={a.name!r}: it averages '
+      "every step and has no period, so the override would change nothing but the run's hash; "
+      f"allowed: {given!r} (the config file's), or algorithm.name in {periodic}"
+    )
+
+
+def errors(config, as_given=None) -> list[str]:
+  """Every invalid field of `config`, one line each (empty when the config is valid).
+
+  Args:
+    config: the config to run, its overrides applied.
+    as_given: the same config as its file gives it, before the command line's overrides; None
+      (not known) leaves out the check of the overridden fields that the algorithm does not use.
+  """
   v = _Checks()
   for part in (_run_fields, _learning_fields, _cluster_fields):
     part(config, v)
+  if as_given is not None:
+    _overridden_fields(config, as_given, v)
   return v.out
 
 
-def validate(config) -> None:
-  """Raises errors.UsageError listing every invalid field of `config`."""
-  problems = errors(config)
+def validate(config, as_given=None) -> None:
+  """Raises errors.UsageError listing every invalid field of `config` (`errors`' arguments)."""
+  problems = errors(config, as_given)
   if problems:
     raise errors_lib.UsageError(problems)
 
