@@ -3,6 +3,7 @@ rate that changes every step, the final model read back, and the configs of the 
 variants and corrections with their float64 references (tests/reference.py)."""
 
 import os
+from typing import NamedTuple
 
 import numpy as np
 
@@ -16,13 +17,23 @@ from tests import reference
 ALGOS = ('ssgd', 'pipe_sgd', 'local_sgd', 'cocod_sgd')  # Those that take proportional sampling.
 
 
-def tiny_npz(tmp_path, n_train=30, dim=5, classes=3, seed=0):
+class Tiny(NamedTuple):
+  """A tiny dataset written to `path` (tiny.npz) and its training examples."""
+
+  path: str
+  x: np.ndarray
+  y: np.ndarray
+
+
+def tiny_npz(tmp_path, n_train=30, dim=5, classes=3, seed=0) -> Tiny:
+  """`n_train` training and 10 test examples of `dim` Gaussian features and labels in
+  `range(classes)`, written to tmp_path/tiny.npz (the `tiny` fixture of tests/conftest.py)."""
   rs = np.random.RandomState(seed)
   x = rs.randn(n_train + 10, dim).astype(np.float32)
   y = rs.randint(0, classes, n_train + 10).astype(np.int32)
   path = os.path.join(tmp_path, 'tiny.npz')
   np.savez(path, x_train=x[:n_train], y_train=y[:n_train], x_test=x[n_train:], y_test=y[n_train:])
-  return path, x[:n_train], y[:n_train]
+  return Tiny(path, x[:n_train], y[:n_train])
 
 
 def small_config(path, algorithm, workers, batch, epochs, period, speeds=(), ps=True):

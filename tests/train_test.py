@@ -25,10 +25,10 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize('algorithm', helpers.ALGOS)
-def test_trajectory_matches_reference(tmp_path, algorithm):
+def test_trajectory_matches_reference(tmp_path, tiny, algorithm):
   # 3 workers, 10 examples each, batch 10 (the whole shard), 7 steps with period 3, so the last
   # round is cut short by the end of training and closed by the final average.
-  path, x, y = helpers.tiny_npz(tmp_path)
+  path, x, y = tiny
   c = helpers.small_config(path, algorithm, workers=3, batch=10, epochs=7, period=3)
   w, b = helpers.run(c, tmp_path / 'run')
   shards = [(x[i * 10 : (i + 1) * 10], y[i * 10 : (i + 1) * 10]) for i in range(3)]
@@ -38,10 +38,10 @@ def test_trajectory_matches_reference(tmp_path, algorithm):
 
 
 @pytest.mark.parametrize('algorithm', helpers.ALGOS)
-def test_weighted_average_with_unequal_batches(tmp_path, algorithm):
+def test_weighted_average_with_unequal_batches(tmp_path, tiny, algorithm):
   # Speeds 1 and 2 with proportional sampling: M = (10, 20), shards of 10 and 20 examples in
   # file order, weights (1/3, 2/3).
-  path, x, y = helpers.tiny_npz(tmp_path)
+  path, x, y = tiny
   c = helpers.small_config(
     path, algorithm, workers=2, batch=10, epochs=5, period=2, speeds=(1.0, 2.0)
   )
@@ -56,34 +56,30 @@ def test_weighted_average_with_unequal_batches(tmp_path, algorithm):
   assert not np.allclose(w, plain[0], rtol=1e-3, atol=1e-4)
 
 
-def test_local_sgd_period_one_equals_ssgd(tmp_path):
-  path, _, _ = helpers.tiny_npz(tmp_path)
-  a = helpers.run(helpers.small_config(path, 'local_sgd', 3, 10, 6, 1), tmp_path / 'a')
-  b = helpers.run(helpers.small_config(path, 'ssgd', 3, 10, 6, 1), tmp_path / 'b')
+def test_local_sgd_period_one_equals_ssgd(tmp_path, tiny):
+  a = helpers.run(helpers.small_config(tiny.path, 'local_sgd', 3, 10, 6, 1), tmp_path / 'a')
+  b = helpers.run(helpers.small_config(tiny.path, 'ssgd', 3, 10, 6, 1), tmp_path / 'b')
   np.testing.assert_allclose(a[0], b[0], rtol=1e-5, atol=1e-6)  # The kernel,
   np.testing.assert_allclose(a[1], b[1], rtol=1e-5, atol=1e-6)  # and the bias.
 
 
-def test_cocod_one_worker_equals_plain_sgd(tmp_path):
-  path, _, _ = helpers.tiny_npz(tmp_path)
-  a = helpers.run(helpers.small_config(path, 'cocod_sgd', 1, 30, 6, 3), tmp_path / 'a')
-  b = helpers.run(helpers.small_config(path, 'ssgd', 1, 30, 6, 3), tmp_path / 'b')
+def test_cocod_one_worker_equals_plain_sgd(tmp_path, tiny):
+  a = helpers.run(helpers.small_config(tiny.path, 'cocod_sgd', 1, 30, 6, 3), tmp_path / 'a')
+  b = helpers.run(helpers.small_config(tiny.path, 'ssgd', 1, 30, 6, 3), tmp_path / 'b')
   np.testing.assert_array_equal(a[0], b[0])
   np.testing.assert_array_equal(a[1], b[1])
 
 
-def test_cocod_differs_from_local_sgd(tmp_path):
-  path, _, _ = helpers.tiny_npz(tmp_path)
-  a = helpers.run(helpers.small_config(path, 'cocod_sgd', 3, 10, 6, 3), tmp_path / 'a')
-  b = helpers.run(helpers.small_config(path, 'local_sgd', 3, 10, 6, 3), tmp_path / 'b')
+def test_cocod_differs_from_local_sgd(tmp_path, tiny):
+  a = helpers.run(helpers.small_config(tiny.path, 'cocod_sgd', 3, 10, 6, 3), tmp_path / 'a')
+  b = helpers.run(helpers.small_config(tiny.path, 'local_sgd', 3, 10, 6, 3), tmp_path / 'b')
   assert np.max(np.abs(a[0] - b[0])) > 1e-4
 
 
-def test_average_momentum_changes_local_sgd(tmp_path):
+def test_average_momentum_changes_local_sgd(tmp_path, tiny):
   # Local-SGD with k = 3, one step an epoch, 3 rounds: averaging the momentum with the parameters
   # (optax's trace, kept in the train state) ends elsewhere than keeping it local.
-  path, _, _ = helpers.tiny_npz(tmp_path)
-  c = helpers.small_config(path, 'local_sgd', 3, 10, 9, 3)
+  c = helpers.small_config(tiny.path, 'local_sgd', 3, 10, 9, 3)
   local = helpers.run(c, tmp_path / 'local')
   c.algorithm.average_momentum = True
   averaged = helpers.run(c, tmp_path / 'averaged')
@@ -134,10 +130,10 @@ def test_results_file(tmp_path):
   assert any(f.startswith('events.out.tfevents') for f in os.listdir(tmp_path))
 
 
-def test_evaluated_model_on_training_examples(tmp_path):
+def test_evaluated_model_on_training_examples(tmp_path, tiny):
   # eval_train_examples = 20 of 30: each epoch and the end also evaluate the averaged model on the
   # first 20 training examples; the final figures are the saved model's, computed here by hand.
-  path, x, y = helpers.tiny_npz(tmp_path)
+  path, x, y = tiny
   c = helpers.small_config(path, 'cocod_sgd', workers=3, batch=10, epochs=3, period=2)
   c.eval_train_examples = 20
   res = train.train_and_evaluate(c, str(tmp_path / 'run'))
@@ -152,7 +148,7 @@ def test_evaluated_model_on_training_examples(tmp_path):
 
 
 @pytest.mark.parametrize('algorithm', helpers.ALGOS)
-def test_step_functions_compile_once(tmp_path, monkeypatch, algorithm):
+def test_step_functions_compile_once(tmp_path, tiny, monkeypatch, algorithm):
   # A counter in the Python body of each step function moves only while JAX traces it: 3 epochs
   # with the period warm-up (rounds of 1, then of 3) and a fresh batch table every epoch must not
   # compile anything twice.
@@ -173,15 +169,14 @@ def test_step_functions_compile_once(tmp_path, monkeypatch, algorithm):
     return fns._replace(**{n: wrap(n, getattr(fns, n)) for n in names})
 
   monkeypatch.setattr(steps, 'make_step_fns', counting)
-  path, _, _ = helpers.tiny_npz(tmp_path)
-  c = helpers.small_config(path, algorithm, workers=3, batch=5, epochs=3, period=3)
+  c = helpers.small_config(tiny.path, algorithm, workers=3, batch=5, epochs=3, period=3)
   c.dataset.shuffle = True
   c.algorithm.warmup_period_epochs = 1
   train.train_and_evaluate(c, str(tmp_path / 'run'))
   assert traces and max(traces.values()) == 1, traces
 
 
-def test_loop_runs_under_the_transfer_guard(tmp_path, monkeypatch):
+def test_loop_runs_under_the_transfer_guard(tmp_path, tiny, monkeypatch):
   # An implicit transfer inside a step (here: a NumPy array sent to the device each step, as the
   # old loop did with the batch indices) is an error between log points, so the loop never stalls
   # on one by accident. (On a CPU, JAX guards host-to-device transfers only: reading a CPU array
@@ -193,8 +188,7 @@ def test_loop_runs_under_the_transfer_guard(tmp_path, monkeypatch):
     return state, loss + np.zeros(loss.shape, np.float32)
 
   monkeypatch.setattr(algorithms.local_sgd.LocalSGD, 'step', leaky)
-  path, _, _ = helpers.tiny_npz(tmp_path)
-  c = helpers.small_config(path, 'local_sgd', workers=3, batch=10, epochs=1, period=3)
+  c = helpers.small_config(tiny.path, 'local_sgd', workers=3, batch=10, epochs=1, period=3)
   with pytest.raises(Exception, match='Disallowed host-to-device transfer'):
     train.train_and_evaluate(c, str(tmp_path / 'run'))
 
@@ -285,9 +279,9 @@ VARIANT_CASES = [(a, v) for a in ('local_sgd', 'cocod_sgd') for v in sorted(help
 
 
 @pytest.mark.parametrize('algorithm,variant', VARIANT_CASES)
-def test_variants_match_reference(tmp_path, algorithm, variant):
+def test_variants_match_reference(tmp_path, tiny, algorithm, variant):
   options = helpers.VARIANTS[variant]
-  path, x, y = helpers.tiny_npz(tmp_path)
+  path, x, y = tiny
   c = helpers.variant_config(path, algorithm, **options)
   train.train_and_evaluate(c, str(tmp_path / 'run'))
   final, workers = helpers.read_variant(tmp_path / 'run')
@@ -298,10 +292,10 @@ def test_variants_match_reference(tmp_path, algorithm, variant):
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
 
 
-def test_variants_change_the_trajectory(tmp_path):
+def test_variants_change_the_trajectory(tmp_path, tiny):
   # Each option moves what the reference ends with (the final model or a worker's state), so a
   # run that ignored it could not match.
-  _, x, y = helpers.tiny_npz(tmp_path)
+  _, x, y = tiny
 
   def ends(algorithm, **options):
     workers = []
@@ -327,9 +321,9 @@ def test_variants_change_the_trajectory(tmp_path):
 # extrapolation gamma; with `warmup=0` the rounds are 0-2, 3-5 and 6-7, cut by the end of
 # training, so the evaluated model counts a round in flight) and the anchor.
 @pytest.mark.parametrize('correction', sorted(helpers.CORRECTIONS))
-def test_corrections_match_reference(tmp_path, correction):
+def test_corrections_match_reference(tmp_path, tiny, correction):
   options = helpers.CORRECTIONS[correction]
-  path, x, y = helpers.tiny_npz(tmp_path)
+  path, x, y = tiny
   train.train_and_evaluate(helpers.correction_config(path, **options), str(tmp_path / 'run'))
   final, workers = helpers.read_variant(tmp_path / 'run')
   expected_workers = []
@@ -344,10 +338,10 @@ def test_corrections_match_reference(tmp_path, correction):
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
 
 
-def test_corrections_change_the_trajectory(tmp_path):
+def test_corrections_change_the_trajectory(tmp_path, tiny):
   # Every correction ends elsewhere than the paper's and than the others, so a run that ignored
   # the field, or mixed two up, could not match the reference.
-  _, x, y = helpers.tiny_npz(tmp_path)
+  _, x, y = tiny
 
   def ends(**options):
     workers = []
@@ -363,12 +357,11 @@ def test_corrections_change_the_trajectory(tmp_path):
 
 
 @pytest.mark.parametrize('options', [dict(delay=3), dict(correction='eager', eager=(1.0, 0.0))])
-def test_full_delay_and_eager_one_zero_are_cocod(tmp_path, options):
+def test_full_delay_and_eager_one_zero_are_cocod(tmp_path, tiny, options):
   # tau = k snapshots at the round's start (the paper's, to the bit); lambda = 1, gamma = 0 gives
   # C + (a - C) + (x - s), the paper's up to the rounding of C + (a - C) in float32.
-  path, _, _ = helpers.tiny_npz(tmp_path)
-  train.train_and_evaluate(helpers.correction_config(path, 'cocod'), str(tmp_path / 'cocod'))
-  c = helpers.correction_config(path, **{'correction': 'cocod', **options})
+  train.train_and_evaluate(helpers.correction_config(tiny.path, 'cocod'), str(tmp_path / 'cocod'))
+  c = helpers.correction_config(tiny.path, **{'correction': 'cocod', **options})
   train.train_and_evaluate(c, str(tmp_path / 'option'))
   (f0, w0), (f1, w1) = (
     helpers.read_variant(tmp_path / 'cocod'),
@@ -381,22 +374,21 @@ def test_full_delay_and_eager_one_zero_are_cocod(tmp_path, options):
       np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_blend_zero_is_reset_to_the_bit(tmp_path):
-  path, _, _ = helpers.tiny_npz(tmp_path)
+def test_blend_zero_is_reset_to_the_bit(tmp_path, tiny):
   runs = []
   for name, options in (('reset', {}), ('blend', {'alpha': 0.0})):
-    train.train_and_evaluate(helpers.correction_config(path, name, **options), str(tmp_path / name))
+    c = helpers.correction_config(tiny.path, name, **options)
+    train.train_and_evaluate(c, str(tmp_path / name))
     runs.append(helpers.read_variant(tmp_path / name))
   for got, want in zip(runs[1][0] + sum(runs[1][1], []), runs[0][0] + sum(runs[0][1], [])):
     np.testing.assert_array_equal(got, want)
 
 
-def test_outer_sgd_at_lr_one_without_momentum_is_cocod(tmp_path):
+def test_outer_sgd_at_lr_one_without_momentum_is_cocod(tmp_path, tiny):
   # g' = g - 1 * (g - a) = a, so x <- a + (x - s): the paper's correction, up to the rounding of
   # g - (g - a) in float32.
-  path, _, _ = helpers.tiny_npz(tmp_path)
-  train.train_and_evaluate(helpers.correction_config(path, 'cocod'), str(tmp_path / 'cocod'))
-  c = helpers.correction_config(path, 'outer_sgd', outer=(1.0, 0.0, True))
+  train.train_and_evaluate(helpers.correction_config(tiny.path, 'cocod'), str(tmp_path / 'cocod'))
+  c = helpers.correction_config(tiny.path, 'outer_sgd', outer=(1.0, 0.0, True))
   train.train_and_evaluate(c, str(tmp_path / 'outer'))
   (f0, w0), (f1, w1) = (
     helpers.read_variant(tmp_path / 'cocod'),
@@ -406,15 +398,14 @@ def test_outer_sgd_at_lr_one_without_momentum_is_cocod(tmp_path):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_reset_with_period_one_is_pipe_sgd(tmp_path):
+def test_reset_with_period_one_is_pipe_sgd(tmp_path, tiny):
   # Reset sends a + d, d = -lr (momentum step of its gradient at a); the average of the next
   # snapshots is a + sum_i w_i d_i, the momentum step of the averaged gradient taken one round
   # earlier: Pipe-SGD's x_{t+1} = OPT(x_t, gbar_{t-1}), without weight decay (Pipe-SGD decays
   # x_t, reset the model the gradient was taken at) and without BatchNorm.
-  path, _, _ = helpers.tiny_npz(tmp_path)
   finals = {}
   for algorithm in ('pipe_sgd', 'cocod_sgd'):
-    c = helpers.small_config(path, algorithm, workers=3, batch=5, epochs=3, period=1)
+    c = helpers.small_config(tiny.path, algorithm, workers=3, batch=5, epochs=3, period=1)
     c.optimizer.weight_decay = 0.0
     c.algorithm.correction = 'reset' if algorithm == 'cocod_sgd' else 'cocod'
     finals[algorithm] = helpers.run(c, tmp_path / algorithm)
