@@ -153,7 +153,7 @@ def _train(config, dataset):
     train.train_and_evaluate(config, FLAGS.workdir, dataset)
   except train.Diverged as e:
     _fail(e, errors.EXIT_DIVERGED)
-  except (checkpoints.ResumeError, workdir.WorkdirError) as e:
+  except (checkpoints.ResumeError, errors.UsageError) as e:  # (WorkdirError, DataError)
     _fail(e)
   except workdir.DiskFull as e:
     if config.backend == 'mpi':  # The other ranks may wait in a collective: end them too.
@@ -218,8 +218,8 @@ def main(argv):
   _prepare_data(config, rank, broadcast)
   from cocod_jax.data import pipeline as input_pipeline  # pylint: disable=g-import-not-at-top
 
-  try:
-    dataset = input_pipeline.load_checked(config)
+  try:  # The plan's checks of the data against the config come before any write too.
+    dataset = input_pipeline.load(config.dataset, config.data_dir)
   except errors.UsageError as e:
     _fail(e)
   if config.backend == 'one_host':

@@ -8,7 +8,10 @@ examples out of BatchNorm statistics, so workers with unequal batch sizes can sh
 from typing import Sequence
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
+
+from cocod_jax.config import errors
 
 
 def _conv_bn(x, features, train, mask, kernel=3, strides=1):
@@ -214,3 +217,31 @@ def get_model(name: str, num_classes: int) -> nn.Module:
   if name not in MODELS:
     raise ValueError(f'model.name={name!r} is unknown; known models: {sorted(MODELS)}')
   return MODELS[name](num_classes=num_classes)
+
+
+# Models that start with a convolution: their examples must be images (height, width, channels).
+IMAGE_MODELS = ('resnet18', 'vgg16', 'cnn')
+
+
+def check_input(model: nn.Module, name: str, shape: tuple, where: str) -> None:
+  """Refuses a model (`model.name` `name`) that cannot take examples of `shape` (from `where`,
+  the data named as the config names it), found by building it on that shape (`jax.eval_shape`:
+  no compute), before anything is written.
+
+  Raises:
+    errors.UsageError: one line naming the model, the data and the examples' shape.
+  """
+  if name in IMAGE_MODELS and len(shape) != 3:
+    raise errors.UsageError(
+      f'model.name={name!r} is invalid for {where}: its examples have shape {shape}, and this '
+      'convolutional model needs images (height, width, channels); allowed: linear or mlp for '
+      'flat features, or an .npz of images'
+    )
+  try:
+    jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), jnp.zeros((1, *shape))))
+  except Exception as e:  # pylint: disable=broad-except
+    first = (str(e).strip().splitlines() or [''])[0][:160]
+    raise errors.UsageError(
+      f'model.name={name!r} is invalid for {where}: it cannot take examples of shape {shape} '
+      f'({type(e).__name__}: {first}); allowed: a model for this data, or data for this model'
+    ) from None

@@ -55,7 +55,7 @@ class Position:
 class Run(NamedTuple):
   """The long-lived parts of one run that the loop's helpers work with."""
 
-  config: Any
+  record: dict  # The run's config as given (config.to_dict()): checkpoints, results, the preflight.
   plan: plan_lib.Plan
   cluster: Any
   algo: algorithms.base.Algorithm
@@ -101,12 +101,12 @@ def save_checkpoint(run: Run, state, pos: Position):
   meta = dict(
     dataclasses.asdict(pos),
     losses=None,
-    config=run.config.to_dict(),
+    config=run.record,
     records=run.out.records,
     algo=run.algo.host_state(),
     timeline=run.tl.state_dict(),
     rank=run.cluster.rank,
-    period=run.algo.config.algorithm.period,  # k, also where algorithm.period='auto'.
+    period=run.algo.options.period,  # k, also where algorithm.period='auto'.
     workers=run.cluster.workers,  # The part's arrays hold these workers on their leading axis.
   )
   with jax.transfer_guard('allow'), workdir_lib.writing('a checkpoint', run.out.workdir):
@@ -141,21 +141,21 @@ def resume(run: Run):
       'workers (its arrays have no worker axis); continue it with the version that wrote it, or '
       'use another --workdir'
     )
-  diffs = checkpoints.config_differences(meta['config'], run.config.to_dict())
+  diffs = checkpoints.config_differences(meta['config'], run.record)
   if diffs:
     raise checkpoints.ResumeError(
       f'the checkpoint in {where} was made with another config ({"; ".join(diffs)}); rerun with '
       'the same config to continue it, or use another --workdir'
     )
-  k = run.algo.config.algorithm.period
+  k, given = run.algo.options.period, run.record['algorithm']['period']
   if meta.get('period', k) != k:  # period='auto' with WORKDIR/period_auto.json changed or gone.
     record = os.path.join(os.path.dirname(ckpt.root), period_auto.FILE)
     raise checkpoints.ResumeError(
       f"the checkpoint in {where} was made with period k={meta['period']}, and this run's "
-      f'algorithm.period={run.config.algorithm.period!r} gives k={k}; put k={meta["period"]} '
+      f'algorithm.period={given!r} gives k={k}; put k={meta["period"]} '
       f'back into {record} to continue it, or use another --workdir'
     )
-  spe, epochs = run.plan.steps_per_epoch, run.config.num_epochs
+  spe, epochs = run.plan.steps_per_epoch, run.plan.num_epochs
   if meta['step'] > epochs * spe:  # Its model would be reported as a num_epochs run.
     raise checkpoints.ResumeError(
       f'the checkpoint in {where} is at step {meta["step"]} (epoch {meta["epoch"]}), past the end '
@@ -186,7 +186,7 @@ def checkpoint_due(run: Run, boundary: int, sync_point: bool, last: dict, force=
   if run.cluster.processes > 1 and not (often or force):
     return False, False
   last['poll'] = boundary
-  interval = run.config.checkpoint.interval_s
+  interval = run.plan.checkpoint.interval_s
   late = interval > 0 and time.perf_counter() - last['save'] >= interval
   stop, late = run.cluster.any(run.guard.requested, late)
   return stop or late, stop

@@ -39,21 +39,20 @@ def local_periods(config, k: int) -> list[int]:
   return [max(1, int(k * ci / min(c) + 1e-9)) for ci in c]
 
 
-def shard_weights(config) -> list[float]:
+def shard_weights(config, k: int) -> list[float]:
   """|D_i| ~ M_i * k_i: what each worker consumes in a round (docs/algorithms.md), so that all
-  workers finish an epoch together; k_i for the period after the warm-up."""
+  workers finish an epoch together; k_i for the period k after the warm-up."""
   sizes = batch_sizes(config)
-  periods = local_periods(config, config.algorithm.period)
+  periods = local_periods(config, k)
   return [float(m * k) for m, k in zip(sizes, periods)]
 
 
-def worker_table(config) -> list[dict]:
+def worker_table(c: list[float], sizes: list[int], periods: list[int]) -> list[dict]:
   """Per worker: speed C_i, batch M_i, local steps k_i per round, and the share of every round it
   spends waiting for the slowest by the time model (docs/algorithms.md): worker i needs time
   ~ M_i k_i / C_i for a round, and the round lasts as long as the longest of these. With PS or
-  AsynLocal-SGD the workers are balanced; without, the faster ones wait `1 - C_min / C_i`."""
-  c, sizes = speeds(config), batch_sizes(config)
-  periods = local_periods(config, config.algorithm.period)
+  AsynLocal-SGD the workers are balanced; without, the faster ones wait `1 - C_min / C_i`.
+  `c`, `sizes`, `periods`: every worker's C_i, M_i and k_i."""
   need = [m * k / ci for m, k, ci in zip(sizes, periods, c)]
   return [
     dict(
@@ -63,7 +62,7 @@ def worker_table(config) -> list[dict]:
       local_steps=periods[i],
       idle_fraction_model=round(1.0 - need[i] / max(need), 6),
     )  # fmt: skip
-    for i in range(config.num_workers)
+    for i in range(len(c))
   ]
 
 
@@ -108,8 +107,9 @@ def learning_rate_fn(config, sizes, steps_per_epoch):
   return lr
 
 
-def period_at(config, step, steps_per_epoch) -> int:
-  """Communication period of a round starting at `step`: 1 during the warm-up epochs, then k."""
-  if step < config.algorithm.warmup_period_epochs * steps_per_epoch:
+def period_at(algorithm, step, steps_per_epoch) -> int:
+  """Communication period of a round starting at `step`: 1 during the warm-up epochs, then k (the
+  config's `algorithm` part: `warmup_period_epochs`, `period`)."""
+  if step < algorithm.warmup_period_epochs * steps_per_epoch:
     return 1
-  return config.algorithm.period
+  return algorithm.period

@@ -26,7 +26,6 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from cocod_jax import schedules
 from cocod_jax.data import cifar
 
 PyTree = Any
@@ -103,7 +102,7 @@ def cross_entropy(logits, y):
   return -jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1)[:, 0]
 
 
-def optimizer(config, learning_rate) -> optax.GradientTransformation:
+def optimizer(o, learning_rate) -> optax.GradientTransformation:
   """The local optimizer of every worker at `learning_rate` (a number or a traced scalar).
 
   SGD with momentum and weight decay as the paper ran it: the decay is added to the gradient
@@ -120,13 +119,12 @@ def optimizer(config, learning_rate) -> optax.GradientTransformation:
   published check); its `momentum` is then `{'mu': ..., 'nu': ...}`.
 
   Args:
-    config: the config (`optimizer.momentum`, `optimizer.weight_decay`).
+    o: the config's `optimizer` part (`name`, `momentum`, `weight_decay`).
     learning_rate: lr_t of this step.
 
   Returns:
     The optax transformation.
   """
-  o = config.optimizer
   if o.name == 'adam':
     b1, b2 = ADAM_BETAS
     inner = optax.adam(learning_rate, b1=b1, b2=b2, eps=ADAM_EPS)
@@ -135,24 +133,25 @@ def optimizer(config, learning_rate) -> optax.GradientTransformation:
   return optax.chain(optax.add_decayed_weights(o.weight_decay), inner)
 
 
-def buffers_in(config, momentum, step) -> dict:
-  """The optax state fields that the train state's `momentum` (and step counter) fill."""
-  if config.optimizer.name == 'adam':
+def buffers_in(name: str, momentum, step) -> dict:
+  """The optax state fields that the train state's `momentum` (and step counter) fill, for the
+  optimizer `name` (`optimizer.name`)."""
+  if name == 'adam':
     return {'mu': momentum['mu'], 'nu': momentum['nu'], 'count': step}
   return {'trace': momentum}
 
 
-def buffers_out(config, opt_state):
+def buffers_out(name: str, opt_state):
   """The train state's `momentum` after an update: the inverse of `buffers_in`."""
   get = lambda name: optax.tree_utils.tree_get(opt_state, name)
-  if config.optimizer.name == 'adam':
+  if name == 'adam':
     return {'mu': get('mu'), 'nu': get('nu')}
   return get('trace')
 
 
-def make_step_fns(model, config, sizes, steps_per_epoch, normalize, augment_on) -> StepFns:
-  """Builds the step functions for `model` and the optimizer in `config`."""
-  lr_fn = schedules.learning_rate_fn(config, sizes, steps_per_epoch)
+def make_step_fns(model, o, lr_fn, normalize, augment_on) -> StepFns:
+  """Builds the step functions for `model` and the optimizer of the config's `optimizer` part `o`
+  at the rates of `lr_fn` (the plan's schedule)."""
 
   def compute_grads(state, data):
     """g_i(x_t): gradient of the mean loss over this worker's real (mask=1) examples."""
@@ -178,15 +177,15 @@ def make_step_fns(model, config, sizes, steps_per_epoch, normalize, augment_on) 
     return grads, new_bs, loss
 
   def update(state, grads, batch_stats, lr):
-    tx = optimizer(config, lr)
+    tx = optimizer(o, lr)
     # The optimizer's state around the buffers the train state keeps (init's zeros are dead code
     # under jit); Adam's bias correction counts the worker's own steps.
     opt_state = optax.tree_utils.tree_set(
-      tx.init(state.params), **buffers_in(config, state.momentum, state.step)
+      tx.init(state.params), **buffers_in(o.name, state.momentum, state.step)
     )
     updates, opt_state = tx.update(grads, opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    m = buffers_out(config, opt_state)
+    m = buffers_out(o.name, opt_state)
     return state._replace(step=state.step + 1, params=params, batch_stats=batch_stats, momentum=m)
 
   def apply_update(state, grads, batch_stats):
@@ -214,19 +213,21 @@ def make_step_fns(model, config, sizes, steps_per_epoch, normalize, augment_on) 
   return StepFns(compute_grads, apply_update, local_step, skip_step, eval_step, masked_step)
 
 
-def synced_part(state, config):
-  """The part of `x` that the algorithms average: params, plus statistics/momentum if configured."""
+def synced_part(state, algorithm):
+  """The part of `x` that the algorithms average: params, plus statistics/momentum if the config's
+  `algorithm` part says so."""
   part = {'params': state.params}
-  if config.algorithm.average_batch_stats:
+  if algorithm.average_batch_stats:
     part['batch_stats'] = state.batch_stats
-  if config.algorithm.average_momentum:
+  if algorithm.average_momentum:
     part['momentum'] = state.momentum
   return part
 
 
-def gradient_payload(grads, batch_stats, config):
-  """What S-SGD and Pipe-SGD allreduce each step: the gradient, plus the statistics if averaged."""
-  if config.algorithm.average_batch_stats:
+def gradient_payload(grads, batch_stats, algorithm):
+  """What S-SGD and Pipe-SGD allreduce each step: the gradient, plus the statistics if averaged
+  (the config's `algorithm` part)."""
+  if algorithm.average_batch_stats:
     return {'g': grads, 'bs': batch_stats}
   return {'g': grads}
 

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from cocod_jax import algorithms
+from cocod_jax import cluster as cluster_lib
 from cocod_jax import plan as plan_lib
 from cocod_jax import resume as resume_lib
 from cocod_jax import steps as steps_lib
@@ -39,44 +40,10 @@ class Diverged(RuntimeError):
   """Training stopped on a NaN or Inf; the message names the workers, the step and the rate."""
 
 
-def resolve_period(config, workdir, plan: plan_lib.Plan, cluster, data, state):
-  """(the config the algorithm runs with, the figures of k or None): with
-  `algorithm.period='auto'`, k measured here on epoch 1's batches, before the first step, or
-  taken from an earlier run in `workdir` (period_auto.py); likewise tau with
-  `algorithm.delay='auto'`; `config` itself otherwise."""
-  if not period_auto.measured(config):
-    return config, None
-  here, width = cluster.workers, batch_width(cluster, plan)
-  probe = data._replace(
-    batches=cluster.put({i: plan_lib.batch_table(config, plan, 1, i, width) for i in here}),
-    first_step=cluster.put({i: np.int32(0) for i in here}),
-  )
-  figures = period_auto.resolve(cluster, config, state, probe, workdir)
-  if cluster.is_chief:
-    print(period_auto.describe(figures, workdir), flush=True)
-  return period_auto.with_period(config, figures['k'], figures.get('delay')), figures
-
-
-def make_cluster(config, plan: plan_lib.Plan):
-  if config.backend == 'mpi':
-    from cocod_jax.cluster import ranks  # pylint: disable=g-import-not-at-top
-
-    return ranks.RanksCluster(plan.fns, config, plan.weights)
-  from cocod_jax.cluster import one_host  # pylint: disable=g-import-not-at-top
-
-  return one_host.OneHostCluster(plan.fns, config, plan.weights)
-
-
-def batch_width(cluster, plan: plan_lib.Plan) -> int:
-  """Examples a step computes on: the largest M_i of the workers this process holds. A process
-  pads its workers to their largest batch (one vmapped shape; the mask keeps the padding out);
-  under MPI each rank computes on its own workers' largest M_i only."""
-  return max(plan.sizes[i] for i in cluster.workers)
-
-
-def place(cluster, config, plan: plan_lib.Plan, dataset):
-  """The workers' shards (without batches yet) and the common x_0, on the cluster's devices."""
-  here, width = cluster.workers, batch_width(cluster, plan)
+def place(cluster, plan: plan_lib.Plan, dataset):
+  """The workers' shards with epoch 1's batches (what `algorithm.period='auto'` measures k on)
+  and the common x_0, on the cluster's devices."""
+  here, width = cluster.workers, plan_lib.batch_width(plan, cluster.workers)
   data = steps_lib.WorkerData(
     x=cluster.put({i: dataset.x_train[plan.shards[i]] for i in here}),
     y=cluster.put({i: dataset.y_train[plan.shards[i]] for i in here}),
@@ -85,11 +52,19 @@ def place(cluster, config, plan: plan_lib.Plan, dataset):
     rows=cluster.put({i: np.int32(plan.rows[i]) for i in here}),
     first_step=None,
   )
-  key = jax.random.PRNGKey(config.seed)
-  shape = dataset.x_train.shape[1:]
-  opt = config.optimizer.name
-  state = cluster.init_state(lambda i: steps_lib.create_train_state(plan.model, key, shape, i, opt))
-  return data, state
+  data = epoch_data(cluster, plan, data, 1, {i: 0 for i in here})
+  key, shape = jax.random.PRNGKey(plan.seed), dataset.x_train.shape[1:]
+  make = lambda i: steps_lib.create_train_state(plan.model, key, shape, i, plan.optimizer)
+  return data, cluster.init_state(make)
+
+
+def epoch_data(cluster, plan: plan_lib.Plan, data, epoch: int, first: dict):
+  """`data` with the batches of `epoch` and each worker's first step in it, uploaded once."""
+  here, width = cluster.workers, plan_lib.batch_width(plan, cluster.workers)
+  return data._replace(
+    batches=cluster.put({i: plan_lib.batch_table(plan, epoch, i, width) for i in here}),
+    first_step=cluster.put({i: np.int32(first[i]) for i in here}),
+  )
 
 
 def eval_batches(x, y, device):
@@ -107,11 +82,11 @@ def eval_batches(x, y, device):
   return out
 
 
-def eval_sets(config, dataset, device) -> dict:
+def eval_sets(plan: plan_lib.Plan, dataset, device) -> dict:
   """{record prefix: (batches, count)}: the test set, and the first `eval_train_examples`
   training examples where that is > 0."""
   sets = {'test': (eval_batches(dataset.x_test, dataset.y_test, device), len(dataset.x_test))}
-  n = min(config.eval_train_examples, len(dataset.x_train))
+  n = min(plan.eval_train_examples, len(dataset.x_train))
   if n:
     sets['avg_train'] = (eval_batches(dataset.x_train[:n], dataset.y_train[:n], device), n)
   return sets
@@ -148,7 +123,7 @@ def check_test_loss(run: resume_lib.Run, test_loss, step: int, stop):
   (one control-traffic allreduce, which also lines the ranks up after the evaluation)."""
   bad = test_loss is not None and not np.isfinite(test_loss)
   if run.cluster.any(bad)[0]:
-    stop(list(range(run.config.num_workers)), step, 'the test loss of the averaged model')
+    stop(list(range(len(run.plan.sizes))), step, 'the test loss of the averaged model')
 
 
 def final_average(run: resume_lib.Run, state, pos: resume_lib.Position, stop):
@@ -176,7 +151,7 @@ def write_timing(run: resume_lib.Run, workdir: str, pos: resume_lib.Position, me
   run.tl.write_chrome_trace(os.path.join(workdir, f'timeline_rank{run.cluster.rank}.json'))
   measured_steps = pos.measured_steps
   if measured_steps is None:  # (resumed from a checkpoint that did not count them)
-    measured_steps = run.plan.steps_per_epoch * (run.config.num_epochs - measured_from + 1)
+    measured_steps = run.plan.steps_per_epoch * (run.plan.num_epochs - measured_from + 1)
   return run.cluster.gather(run.tl.summary(measured_from, measured_steps, pos.measured_time))
 
 
@@ -187,7 +162,8 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
     config: a validated ConfigDict (see `cocod_jax.config.validation.validate`).
     workdir: where results.json, final_params.npz and TensorBoard summaries go (written by the
       chief: rank 0 under MPI), and timeline_rank<r>.json (every rank, MPI only).
-    dataset: the loaded, checked dataset (default: `input_pipeline.load_checked`).
+    dataset: the loaded dataset (default: `input_pipeline.load` of `config.dataset`); the plan
+      checks it against the config before anything is written.
 
   Returns:
     the results dictionary also written to `workdir/results.json` (None on other ranks); for a
@@ -199,32 +175,37 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
       or finished results this run would rewrite (nothing written).
     workdir.DiskFull: a write into the workdir found the disk full.
   """
-  dataset = dataset or input_pipeline.load_checked(config)
-  with workdir_lib.claim(workdir, config, dataset) as claim:  # Before anything is written.
+  dataset = dataset or input_pipeline.load(config.dataset, config.data_dir)
+  # Built once, before anything is written (it refuses a batch or a model the data cannot
+  # serve); the same plan for every k of algorithm.period='auto'.
+  plan = plan_lib.make_plan(config, dataset)
+  with workdir_lib.claim(workdir, config, dataset) as claim:
     if claim.finished is not None:  # A rerun of a finished run: nothing to do, nothing written.
       if claim.finished:
         acc = claim.finished.get('final', {}).get('test_accuracy')
-        print(f'the run in {workdir} is finished (num_epochs={config.num_epochs}, final test '
+        print(f'the run in {workdir} is finished (num_epochs={plan.num_epochs}, final test '
               f'accuracy {acc:.4f}): nothing to do; more --config.num_epochs continues it',
               flush=True)  # fmt: skip
       return claim.finished or None
-    return _train_and_evaluate(config, workdir, dataset)
+    return _train_and_evaluate(config, plan, claim, dataset)
 
 
-def _train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset):
-  plan = plan_lib.make_plan(period_auto.plan_config(config), dataset)  # The same plan for every k.
-  spe, epochs, c = plan.steps_per_epoch, config.num_epochs, config.checkpoint
-  cluster = make_cluster(config, plan)
-  tl = timeline_lib.Timeline(cluster.backend == 'mpi', cluster.rank, config.timeline.sample_every)
-  data, state = place(cluster, config, plan, dataset)
-  here, width = cluster.workers, batch_width(cluster, plan)
-  cluster.preflight(config, state)
-  ran, auto = resolve_period(config, workdir, plan, cluster, data, state)
-  algo = algorithms.get(config.algorithm.name, algorithms.base.Context(cluster, ran, tl, spe))
-  tests = eval_sets(config, dataset, cluster.device)
+def _train_and_evaluate(config, plan: plan_lib.Plan, claim, dataset: input_pipeline.Dataset):
+  """The run itself; `config` goes to the cluster and to the choice of k alone, the plan and the
+  claim's record of the config everywhere else."""
+  cluster = cluster_lib.make(config, plan.fns, plan.weights)
+  options, auto = config.algorithm, None
+  workdir, spe, epochs, c = claim.workdir, plan.steps_per_epoch, plan.num_epochs, plan.checkpoint
+  tl = timeline_lib.Timeline(cluster.backend == 'mpi', cluster.rank, plan.sample_every)
+  data, state = place(cluster, plan, dataset)
+  tests = eval_sets(plan, dataset, cluster.device)
+  cluster.preflight(claim.record, state)
+  if period_auto.measured(config):  # k (and tau) measured on epoch 1's batches, or stored.
+    options, auto = period_auto.choose(cluster, config, state, data, workdir)
+  algo = algorithms.get(options.name, algorithms.base.Context(cluster, options, tl, plan))
   ckpt = checkpoints.Checkpointer(workdir, cluster.rank, cluster.processes, cluster.barrier, c.keep)
   guard = checkpoints.PreemptionGuard(c.preempt_deadline_s)
-  run = resume_lib.Run(config, plan, cluster, algo, tl, ckpt, None, guard)
+  run = resume_lib.Run(claim.record, plan, cluster, algo, tl, ckpt, None, guard)
   resumed = resume_lib.resume(run)
   state, pos, records = resumed or (state, resume_lib.Position(), [])
   restarted = pos if resumed is not None else None  # Stopwatches leave compilation out.
@@ -233,7 +214,10 @@ def _train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset):
   def measured(epoch: int) -> bool:
     return epoch >= measured_from and epoch != restart_epoch
 
-  run = run._replace(out=writers.Recorder(workdir, config, plan, cluster, dataset, records, auto))
+  out = writers.Recorder(
+    workdir, claim.record, plan, options.period, cluster, dataset, records, auto
+  )
+  run = run._replace(out=out)
   measured_from = 2 if epochs >= 2 else 1  # Epoch 1 compiles every function.
   last = {'poll': pos.step, 'save': time.perf_counter()}
 
@@ -264,12 +248,7 @@ def _train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset):
       for epoch in range(pos.epoch, epochs + 1):
         tl.epoch = pos.epoch = epoch
         first = algo.worker_steps((epoch - 1) * spe)
-        data = data._replace(
-          batches=cluster.put(
-            {i: plan_lib.batch_table(config, plan, epoch, i, width) for i in here}
-          ),
-          first_step=cluster.put({i: np.int32(first[i]) for i in here}),
-        )
+        data = epoch_data(cluster, plan, data, epoch, first)
         watch = resume_lib.Stopwatch(restarted)
         try:
           with jax.transfer_guard('disallow'):

@@ -15,7 +15,6 @@ import numpy as np
 
 from cocod_jax import schedules
 from cocod_jax import timeline as timeline_lib
-from cocod_jax.cluster import period_auto
 from cocod_jax.record import files
 from cocod_jax.record import workdir as workdir_lib
 
@@ -25,24 +24,26 @@ class Recorder:
   the end or on divergence), metrics.jsonl (one line per epoch), TensorBoard scalars, the console.
   """
 
-  def __init__(self, workdir, config, plan, cluster, dataset, records=(), auto=None):
-    self.workdir, self.num_epochs = workdir, config.num_epochs
-    ran = period_auto.with_period(config, auto['k']) if auto else config
+  def __init__(
+    self, workdir, record: dict, plan, period: int, cluster, dataset, records=(), auto=None
+  ):
+    """`record`: the run's config as given (a dict); `period`: the k it runs with."""
+    self.workdir, self.num_epochs = workdir, plan.num_epochs
     self.enabled = cluster.is_chief
     self.records = list(records)  # Continued from a checkpoint when resuming.
     self.results = dict(
-      config=config.to_dict(),
+      config=record,
       backend=cluster.backend,
       batch_sizes=plan.sizes,
       weights=plan.weights,
       steps_per_epoch=plan.steps_per_epoch,
       train_examples=len(dataset.y_train),
       test_examples=len(dataset.y_test),  # Tables judge accuracy gaps against this resolution.
-      workers=schedules.worker_table(ran),
+      workers=schedules.worker_table(plan.speeds, plan.sizes, plan.local_periods(period)),
       layout=cluster.layout(),
       epochs=self.records,
     )
-    if auto:  # `config` keeps period='auto' (the sweep's hashes); k and its inputs are here.
+    if auto:  # `record` keeps period='auto' (the sweep's hashes); k and its inputs are here.
       self.results['period_auto'] = auto
     waiting = [w for w in self.results['workers'] if w['idle_fraction_model'] > 0]
     if waiting and self.enabled:

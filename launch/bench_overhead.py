@@ -55,7 +55,7 @@ def bare():
   from cocod_jax.data import pipeline as input_pipeline  # pylint: disable=g-import-not-at-top
 
   config = _config()
-  dataset = input_pipeline.load_checked(config)
+  dataset = input_pipeline.load(config.dataset, config.data_dir)
   plan = plan_lib.make_plan(config, dataset)
   step = jax.jit(plan.fns.local_step, donate_argnums=0)
   shard = plan.shards[0]
@@ -71,7 +71,7 @@ def bare():
   elapsed = 0.0
   for epoch in range(1, config.num_epochs + 1):
     data = data._replace(
-      batches=jax.device_put(plan_lib.batch_table(config, plan, epoch, 0, plan.sizes[0])),
+      batches=jax.device_put(plan_lib.batch_table(plan, epoch, 0, plan.sizes[0])),
       first_step=jax.device_put(np.int32((epoch - 1) * spe)),
     )
     start = time.perf_counter()  # Where train_and_evaluate's clock starts: after the upload.

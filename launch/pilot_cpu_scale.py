@@ -194,7 +194,7 @@ def main(argv):
       mnist1d_data.MNIST1D_VARIANTS[name] = (tr, te, json.loads(FLAGS.generator))
   for cell in FLAGS.cells:
     config0 = make_config(cell, FLAGS.algos[0], 0)
-    dataset = input_pipeline.load_checked(config0)
+    dataset = input_pipeline.load(config0.dataset, config0.data_dir)
     for seed in [int(s) for s in FLAGS.seeds]:
       for algo in FLAGS.algos:
         name = slug(cell, algo, seed)

@@ -397,7 +397,7 @@ def test_held_workdir_refused_on_every_rank(tmp_path):
   # This process holds the workdir (a run in progress); rank 0 finds the lock taken and every
   # rank refuses with the same line, exit 2, nothing started.
   c = helpers.test_config.get_config()
-  with workdir_lib.claim(str(tmp_path), c, input_pipeline.load_checked(c)):
+  with workdir_lib.claim(str(tmp_path), c, input_pipeline.load(c.dataset, c.data_dir)):
     p = _mpirun(2, CKPT + [f'--workdir={tmp_path}'])
   assert p.returncode == 2, p.stderr[-3000:]
   for rank in (0, 1):

@@ -124,7 +124,7 @@ def test_plan_does_not_depend_on_k(tmp_path, algorithm):
   c = helpers.small_config(path, algorithm, workers=3, batch=4, epochs=1, period=1)
   with c.unlocked():
     c.worker_speeds, c.proportional_sampling = (1.0, 1.7, 2.3), algorithm != 'asynlocal_sgd'
-  dataset = input_pipeline.load_checked(c)
+  dataset = input_pipeline.load(c.dataset, c.data_dir)
   plans = [plan_lib.make_plan(period_auto.with_period(c, k), dataset) for k in (1, 3, 7)]
   same = all(
     p.steps_per_epoch == plans[0].steps_per_epoch

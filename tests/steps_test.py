@@ -23,7 +23,7 @@ def test_optimizer_is_the_papers_sgd_bit_for_bit():
   momentum = jax.tree.map(lambda p: 0.3 * p, params)
   for mu, wd in ((0.9, 1e-4), (0.0, 0.0)):
     p, m, q, n = params, momentum, params, momentum
-    tx = lambda lr, mu=mu, wd=wd: steps.optimizer(_config(mu, wd), lr)
+    tx = lambda lr, mu=mu, wd=wd: steps.optimizer(_config(mu, wd).optimizer, lr)
     for lr in (jnp.float32(0.1), jnp.float32(0.0371)):
       g = jax.tree.map(lambda x: jnp.sin(x * 7.0), p)
       d = jax.tree.map(lambda g_, p_: g_ + wd * p_, g, p)
@@ -59,13 +59,13 @@ def test_adam_is_pytorchs_adam():
     v = {k: b2 * v[k] + (1 - b2) * d[k] ** 2 for k in ref}
     denom = {k: np.sqrt(v[k] / (1 - b2**t)) + steps.ADAM_EPS for k in ref}
     ref = {k: ref[k] - lr * (m[k] / (1 - b1**t)) / denom[k] for k in ref}
-    tx = steps.optimizer(config, jnp.float32(lr))
+    tx = steps.optimizer(config.optimizer, jnp.float32(lr))
     state = optax.tree_utils.tree_set(
-      tx.init(ours), **steps.buffers_in(config, buffers, jnp.int32(t - 1))
+      tx.init(ours), **steps.buffers_in('adam', buffers, jnp.int32(t - 1))
     )
     g = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), grad(jax.device_get(ours)))
     updates, state = tx.update(g, state, ours)
-    ours, buffers = optax.apply_updates(ours, updates), steps.buffers_out(config, state)
+    ours, buffers = optax.apply_updates(ours, updates), steps.buffers_out('adam', state)
   for k in ref:
     np.testing.assert_allclose(np.asarray(ours[k]), ref[k], rtol=2e-5)
 

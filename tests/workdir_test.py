@@ -50,7 +50,7 @@ def test_second_run_refused_naming_workdir_and_holder(tmp_path):
   # line naming the workdir and this process, and writes nothing there.
   c = _config(tmp_path)
   wd = tmp_path / 'run'
-  dataset = input_pipeline.load_checked(c)
+  dataset = input_pipeline.load(c.dataset, c.data_dir)
   with workdir.claim(str(wd), c, dataset):
     before = sorted(os.listdir(wd))
     p = main_test._main(wd)

@@ -51,7 +51,7 @@ class AsynLocalSGD(base.RoundAlgorithm):
   def _substeps(self, j):
     key = (self.round_k, j)
     if key not in self._active:
-      counts = steps_at(self.round_k, schedules.local_periods(self.config, self.round_k), j)
+      counts = steps_at(self.round_k, self.plan.local_periods(self.round_k), j)
       here = self.cluster.workers
       self._active[key] = [
         self.cluster.put({i: np.bool_(u < counts[i]) for i in here})
@@ -68,7 +68,7 @@ class AsynLocalSGD(base.RoundAlgorithm):
       first_loss = loss if first_loss is None else first_loss
     if self.closes_round(t):
       label = 'the model at the end of ' + self.round_label()
-      averaged = self.average(steps.synced_part(state, self.config), label, t)
+      averaged = self.average(steps.synced_part(state, self.options), label, t)
       state = steps.with_part(state, averaged)
     return state, first_loss
 
@@ -76,8 +76,8 @@ class AsynLocalSGD(base.RoundAlgorithm):
     done = np.zeros(self.cluster.num_workers, np.int64)
     start = 0
     while start < t:
-      k = schedules.period_at(self.config, start, self.ctx.steps_per_epoch)
-      periods = schedules.local_periods(self.config, k)
+      k = schedules.period_at(self.options, start, self.plan.steps_per_epoch)
+      periods = self.plan.local_periods(k)
       end = start + k
       for j in range(min(end, t) - start):
         done += steps_at(k, periods, j)

@@ -28,12 +28,12 @@ class Waited(NamedTuple):
 
 
 class Context(NamedTuple):
-  """What an algorithm works with: the cluster, the config, the timeline and the step counts."""
+  """What an algorithm works with: the cluster, its options, the timeline and the run's plan."""
 
   cluster: Any  # cluster.one_host.OneHostCluster or cluster.ranks.RanksCluster
-  config: Any
+  options: Any  # the config's `algorithm` part, with the period k the run uses
   timeline: timeline_lib.Timeline
-  steps_per_epoch: int
+  plan: Any  # plan.Plan: steps per epoch, the rates, the workers' local periods
 
 
 class Algorithm:
@@ -48,7 +48,8 @@ class Algorithm:
   def __init__(self, ctx: Context):
     self.ctx = ctx
     self.cluster = ctx.cluster
-    self.config = ctx.config
+    self.options = ctx.options
+    self.plan = ctx.plan
     self.tl = ctx.timeline
     # Set by the loop: the first step of the current round and the first step after it.
     self.round_start = 0
@@ -156,7 +157,7 @@ class RoundAlgorithm(Algorithm):
   """Algorithms that communicate once per round of k local steps (the period warm-up aside)."""
 
   def round_length(self, t: int) -> int:
-    return schedules.period_at(self.config, t, self.ctx.steps_per_epoch)
+    return schedules.period_at(self.options, t, self.plan.steps_per_epoch)
 
   def round_label(self) -> str:
     return f'the round of steps {self.round_start}-{self.round_end - 1}'

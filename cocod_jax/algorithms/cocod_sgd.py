@@ -20,7 +20,6 @@ instead of k. A round shorter than tau (the period warm-up) takes its snapshot a
 import jax
 import numpy as np
 
-from cocod_jax import schedules
 from cocod_jax import steps
 from cocod_jax.algorithms import base
 from cocod_jax.algorithms import correction
@@ -38,13 +37,12 @@ class CoCoDSGD(base.RoundAlgorithm):
     self.reference = None  # The last average: what the next message is taken against.
     self.error = None  # This sender's rounding error (error feedback), on the worker axis.
     self.stats, self.stat_sums, self.rounds, self.bytes = [], [0.0, 0.0, 0.0], 0, 0
-    self.delay = self.config.algorithm.delay  # tau (None: the whole round).
+    self.delay = self.options.delay  # tau (None: the whole round).
     self.rates = None
-    if self.config.algorithm.correction == 'anchor':  # It divides by the round's last rate.
-      sizes, spe = schedules.batch_sizes(self.config), ctx.steps_per_epoch
-      lr = schedules.learning_rate_fn(self.config, sizes, spe)
+    if self.options.correction == 'anchor':  # It divides by the round's last rate.
+      steps_total = self.plan.num_epochs * self.plan.steps_per_epoch
       with jax.transfer_guard('allow'):  # Once: lr_t of every step, on the host.
-        self.rates = np.asarray(jax.device_get(lr(np.arange(self.config.num_epochs * spe))))
+        self.rates = np.asarray(jax.device_get(self.plan.lr_fn(np.arange(steps_total))))
     self.no_rate = None
 
   def snapshot_step(self) -> int:
@@ -66,7 +64,7 @@ class CoCoDSGD(base.RoundAlgorithm):
       # allreduce in the background.
       with self.tl.span('snapshot', 'merge'):
         if self.carried is None:
-          snap = self.tl.ready(self.cluster.snapshot(steps.synced_part(state, self.config)))
+          snap = self.tl.ready(self.cluster.snapshot(steps.synced_part(state, self.options)))
         else:
           snap, self.carried = self.carried, None
       label = 'the snapshot at the start of ' + self.round_label()
@@ -79,7 +77,7 @@ class CoCoDSGD(base.RoundAlgorithm):
       if not isinstance(handle, base.Waited):
         averaged = self._arrived(averaged)
       with self.tl.span('correct', 'merge'):
-        x = steps.synced_part(state, self.config)
+        x = steps.synced_part(state, self.options)
         corrected, self.carried = self.cluster.correct(x, averaged, snap, self._rate(t))
         state = self.tl.ready(steps.with_part(state, corrected))
       self.pending = None

@@ -17,6 +17,6 @@ class LocalSGD(base.RoundAlgorithm):
       state, loss = self.tl.ready(self.cluster.local_step(state, data))
     if self.closes_round(t):
       label = 'the model at the end of ' + self.round_label()
-      averaged = self.average(steps.synced_part(state, self.config), label, t)
+      averaged = self.average(steps.synced_part(state, self.options), label, t)
       state = steps.with_part(state, averaged)
     return state, loss

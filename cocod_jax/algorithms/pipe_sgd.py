@@ -22,7 +22,7 @@ class PipeSGD(base.Algorithm):
     averaged = None if self.pending is None else self.wait(self.pending)  # gbar_{t-1}
     # g_t's allreduce runs while x_{t+1} is applied and g_{t+1} computed (its local mean, under
     # MPI, first: it is timed apart from the update).
-    payload = steps.gradient_payload(grads, new_bs, self.config)
+    payload = steps.gradient_payload(grads, new_bs, self.options)
     self.pending = self.start(payload, f'the gradients of step {t}', t)
     with self.tl.span('update', 'step'):
       if averaged is None:

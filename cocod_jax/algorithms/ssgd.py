@@ -15,7 +15,7 @@ class SSGD(base.Algorithm):
   def step(self, state, data, t):
     with self.tl.span('grads', 'step'):
       grads, new_bs, loss = self.tl.ready(self.cluster.compute_grads(state, data))
-    payload = steps.gradient_payload(grads, new_bs, self.config)
+    payload = steps.gradient_payload(grads, new_bs, self.options)
     averaged = self.average(payload, f'the gradients of step {t}', t)
     with self.tl.span('update', 'step'):
       state = self.cluster.apply_update(state, averaged['g'], averaged.get('bs', new_bs))

@@ -10,3 +10,16 @@ thread that runs MPI collectives beside the training steps.
 
 # The names of `config.backend` (`mpi` is the cluster of `ranks.py`).
 BACKENDS = ('one_host', 'mpi')
+
+
+def make(config, fns, weights):
+  """The cluster of `config.backend` for the step functions `fns` and the workers' `weights`
+  (it reads `num_workers`, its own part `one_host` or `mpi` and `comm`, the workers' speeds and
+  the algorithm's correction)."""
+  if config.backend == 'mpi':
+    from cocod_jax.cluster import ranks  # pylint: disable=g-import-not-at-top
+
+    return ranks.RanksCluster(fns, config, weights)
+  from cocod_jax.cluster import one_host  # pylint: disable=g-import-not-at-top
+
+  return one_host.OneHostCluster(fns, config, weights)

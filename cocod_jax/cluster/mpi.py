@@ -53,7 +53,6 @@ from cocod_jax.cluster import background
 from cocod_jax.cluster import mpi_compressed
 from cocod_jax.cluster import mpi_packer
 from cocod_jax.cluster import one_host
-from cocod_jax.config import files as config_files
 
 STAGINGS = ('host', 'device')
 
@@ -298,11 +297,6 @@ def local_devices(world) -> list:
     share = len(devices) // local_size
     return devices[local_rank * share : (local_rank + 1) * share]
   return [devices[local_rank % len(devices)]]
-
-
-def config_hash(config) -> str:
-  """A hash of the whole resolved config, the same on every rank that was launched the same way."""
-  return config_files.config_hash(config.to_dict(), digits=16)
 
 
 def world():

@@ -353,7 +353,7 @@ class OneHostCluster(StackedWorkers):
     per_worker, bad = self.local_losses(losses)
     return float(per_worker @ np.asarray(self.weights)), bad
 
-  def preflight(self, config, state):
+  def preflight(self, record, state):
     pass  # One process: one config, one state.
 
   def barrier(self):

@@ -27,7 +27,7 @@ allreduce's time; `timeline.collective_time`), so that all ranks take k from the
 Only where the time is real: `backend='mpi'` (the one-host cluster emulates communication by
 copies), and only for the algorithms with a period of one length for everyone (SUPPORTED):
 AsynLocal-SGD's shards depend on k (`schedules.local_periods`). For SUPPORTED algorithms nothing
-that is computed before the measurement depends on k (`plan_config`).
+that is computed before the measurement depends on k (`plan.make_plan`).
 
 A run records the outcome in `WORKDIR/period_auto.json` (rank 0, before its first step) and in
 results.json (`period_auto`); a rerun in the same workdir (resuming a checkpoint, or continuing
@@ -44,11 +44,12 @@ import time
 
 import jax
 
+from cocod_jax import plan
 from cocod_jax import steps as steps_lib
 from cocod_jax.record import files
 from cocod_jax.record import workdir as workdir_lib
 
-AUTO = 'auto'
+AUTO = plan.AUTO
 MAX_PERIOD = 32  # The cap on the chosen k (a link so slow that k would exceed it is logged so).
 SAMPLES = 5  # Timed local steps and allreduces per rank (after one untimed each).
 SUPPORTED = ('cocod_sgd', 'local_sgd')
@@ -95,14 +96,6 @@ def with_period(config, k: int, delay: int | None = None):
   return out
 
 
-def plan_config(config):
-  """The config that `plan.make_plan` reads before k is measured: for SUPPORTED algorithms
-  every worker's local period is k (`schedules.local_periods`), so the steps of an epoch are the
-  batches of the shortest shard whatever k is, and the shard weights `M_i k` are proportional to
-  `M_i` (exact integers in float64: the same shards to the bit); k = 1 stands in for it."""
-  return with_period(config, 1) if is_auto(config) else config
-
-
 def _median_step_s(cluster, state, data) -> float:
   """Median seconds of a blocking local step (after one call that compiles) on a copy."""
   state = cluster.put_stacked(jax.device_get(state))  # New buffers: the step donates its input.
@@ -143,7 +136,7 @@ def measure(cluster, config, state, data) -> dict:
     at most k.
   """
   tp = _median_step_s(cluster, state, data)
-  spans = _allreduce_spans_s(cluster, steps_lib.synced_part(state, config))
+  spans = _allreduce_spans_s(cluster, steps_lib.synced_part(state, config.algorithm))
   everyone = cluster.allgather([tp, spans])
   ranks = [[t, statistics.median(s)] for t, s in everyone]
   tp_all = max(r[0] for r in ranks)
@@ -213,3 +206,12 @@ def describe(figures: dict, workdir: str) -> str:
     f'{fields}: Tp {figures["Tp_s"] * 1e3:.2f} ms, Tc {figures["Tc_s"] * 1e3:.2f} '
     f'ms (r = {r:.2f}; {how}) -> ' + ', '.join(chosen.values())
   )
+
+
+def choose(cluster, config, state, probe, workdir: str):
+  """(the config's `algorithm` part with the k and tau this run uses, their figures): `resolve`
+  on epoch 1's batches (`probe`), before the first step; the chief says what it chose."""
+  figures = resolve(cluster, config, state, probe, workdir)
+  if cluster.is_chief:
+    print(describe(figures, workdir), flush=True)
+  return with_period(config, figures['k'], figures.get('delay')).algorithm, figures

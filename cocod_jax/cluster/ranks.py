@@ -38,6 +38,7 @@ from cocod_jax.algorithms import correction
 from cocod_jax.cluster import compression
 from cocod_jax.cluster import mpi
 from cocod_jax.cluster import one_host
+from cocod_jax.config import files as config_files
 
 
 def workers_per_rank(num_workers: int, ranks: int, requested: int = 0) -> int:
@@ -199,10 +200,11 @@ class RanksCluster(one_host.StackedWorkers):
     per_worker, bad = self.local_losses(losses)
     return self.comm.sum_scalar(float(per_worker @ self._w)), bad
 
-  def preflight(self, config, state):
+  def preflight(self, record: dict, state):
+    """Every rank holds the same config (`record`, the run's config as a dict) and shapes."""
     # One worker's shapes (every rank holds the same W: `agree_on_layout`), as the model has them.
     worker = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), state)
-    self.comm.preflight(mpi.config_hash(config), worker)
+    self.comm.preflight(config_files.config_hash(record, digits=16), worker)
 
   def barrier(self):
     self.comm.barrier()

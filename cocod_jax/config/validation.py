@@ -5,8 +5,9 @@ is allowed; `validate` raises `errors.UsageError` with them (main.py prints each
 and exits with status 2). The allowed names are read from the registries where they are defined:
 `algorithms.ALGORITHMS`, `correction.CORRECTIONS`, `compression.DTYPES`, `cluster.BACKENDS`,
 `cluster.mpi.STAGINGS`, `models.MODELS`, `input_pipeline.DATASETS`, `schedules.LR_SCALINGS`. No
-data is loaded here: the checks of the data against the config (`input_pipeline.load_checked`)
-run where the data is loaded, still before anything is written.
+data is loaded here: the checks of the data against the config (a batch larger than a worker's
+shard, a model that cannot take the examples) are the plan's (`plan.make_plan`), still before
+anything is written.
 
 Given the config as its file gives it (`errors(config, as_given)`), a field that an override
 changed and that the chosen algorithm does not use is refused as well: `algorithm.period` for an

@@ -71,69 +71,24 @@ def load_dataset(
   return ds
 
 
-def load_checked(config) -> Dataset:
-  """Loads `config.dataset` and checks it against the config, before anything is written.
-
-  Args:
-    config: a validated config (`config_validation.errors` found nothing).
-
-  Returns:
-    The Dataset.
+def load(d, data_dir: str = '') -> Dataset:
+  """Loads the dataset of the config's `dataset` part (`d`; CIFAR from `data_dir`).
 
   Raises:
-    DataError: the data cannot be loaded as configured, or a worker's shard holds less than one
-      of its batches (the batch size named, and the largest that fits).
+    DataError: the data cannot be loaded as configured (one line naming the field or the file).
   """
-  from cocod_jax import schedules  # pylint: disable=g-import-not-at-top
+  return load_dataset(d.name, d.path, d.num_classes, data_dir, d.train_examples, d.test_examples)
 
-  d = config.dataset
-  ds = load_dataset(
-    d.name, d.path, d.num_classes, config.data_dir, d.train_examples, d.test_examples
-  )
-  sizes = schedules.batch_sizes(config)
-  for i, (m, s) in enumerate(zip(sizes, shard_sizes(len(ds.x_train), sizes))):
+
+def check_batches(num_examples: int, sizes, batch_size) -> None:
+  """Refuses batches larger than the shards of `num_examples` proportional to them (`sizes`:
+  every worker's M_i, from the config's `batch_size`), naming the batch and what fits."""
+  for i, (m, s) in enumerate(zip(sizes, shard_sizes(num_examples, sizes))):
     if m > s:
       raise DataError(
-        f'batch_size={config.batch_size!r} is invalid: worker {i} would use batch {m} but its '
-        f'shard has only {s} examples; allowed: a batch size <= {s}'
+        f'batch_size={batch_size!r} is invalid: worker {i} would use batch {m} but its shard has '
+        f'only {s} examples; allowed: a batch size <= {s}'
       )
-  check_model(config, ds)
-  return ds
-
-
-# Models that start with a convolution: their examples must be images (height, width, channels).
-IMAGE_MODELS = ('resnet18', 'vgg16', 'cnn')
-
-
-def check_model(config, dataset: Dataset) -> None:
-  """Refuses a `model.name` that cannot take the dataset's examples, found by building the model
-  on their shape (`jax.eval_shape`: no compute), before anything is written.
-
-  Raises:
-    DataError: one line naming the model, the data and the examples' shape.
-  """
-  import jax  # pylint: disable=g-import-not-at-top
-
-  from cocod_jax import models  # pylint: disable=g-import-not-at-top
-
-  name, shape = config.model.name, tuple(dataset.x_train.shape[1:])
-  d = config.dataset
-  where = f'dataset.path={d.path!r}' if d.name == 'npz' else f'dataset.name={d.name!r}'
-  if name in IMAGE_MODELS and len(shape) != 3:
-    raise DataError(
-      f'model.name={name!r} is invalid for {where}: its examples have shape {shape}, and this '
-      'convolutional model needs images (height, width, channels); allowed: linear or mlp for '
-      'flat features, or an .npz of images'
-    )
-  model = models.get_model(name, dataset.num_classes)
-  try:
-    jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), jax.numpy.zeros((1, *shape))))
-  except Exception as e:  # pylint: disable=broad-except
-    first = (str(e).strip().splitlines() or [''])[0][:160]
-    raise DataError(
-      f'model.name={name!r} is invalid for {where}: it cannot take examples of shape {shape} '
-      f'({type(e).__name__}: {first}); allowed: a model for this data, or data for this model'
-    ) from None
 
 
 def shard_sizes(num_examples: int, weights) -> list[int]:

@@ -140,10 +140,8 @@ def data_fingerprint(dataset) -> dict:
 def fingerprint(config, dataset) -> dict:
   """What defines a run's results: the config's result fields (all but
   config_files.NON_TRAINING_FIELDS) and the data."""
-  return {
-    'config': checkpoints.result_fields(config.to_dict()),
-    'data': data_fingerprint(dataset),
-  }
+  data = data_fingerprint(dataset)
+  return {'config': checkpoints.result_fields(config.to_dict()), 'data': data}
 
 
 def first_difference(old: dict, new: dict) -> str | None:
@@ -201,8 +199,9 @@ class Claim:
   else None: the run has nothing to do.
   """
 
-  def __init__(self, workdir, lock=None, finished=None):
+  def __init__(self, workdir, lock=None, finished=None, record=None):
     self.workdir, self._lock, self.finished = workdir, lock, finished
+    self.record = record  # The run's config as given (a dict): what results and checkpoints hold.
 
   def release(self):
     if self._lock is not None:
@@ -325,4 +324,4 @@ def claim(workdir: str, config, dataset, say=print) -> Claim:
   problem, done = _share(config)((problem, finished is not None))
   if problem:
     raise WorkdirError(problem)
-  return Claim(workdir, lock, (finished or {}) if done else None)
+  return Claim(workdir, lock, (finished or {}) if done else None, config.to_dict())
