@@ -119,19 +119,28 @@ class SmallCNN(nn.Module):
     return nn.Dense(self.num_classes)(x)
 
 
-class MLP(nn.Module):
-  """Two wide ReLU layers (2.1M parameters on 64 features): little compute per parameter, so the
-  allreduce of the model is large next to a step, as in the paper's ResNet18 runs (benchmarks)."""
+class _TwoReLUMLP(nn.Module):
+  """Flatten, two ReLU layers of `width` (the second added to the first when `residual`) and a
+  dense output: the body of MLP and MLP1D, which differ only in their defaults."""
 
   num_classes: int
-  width: int = 1400
+  width: int
+  residual: bool
 
   @nn.compact
   def __call__(self, x, train=False, mask=None):
     x = x.reshape((x.shape[0], -1))
-    x = nn.relu(nn.Dense(self.width)(x))
-    x = nn.relu(nn.Dense(self.width)(x))
-    return nn.Dense(self.num_classes)(x)
+    h = nn.relu(nn.Dense(self.width)(x))
+    g = nn.relu(nn.Dense(self.width)(h))
+    return nn.Dense(self.num_classes)(h + g if self.residual else g)
+
+
+class MLP(_TwoReLUMLP):
+  """Two wide ReLU layers (2.1M parameters on 64 features): little compute per parameter, so the
+  allreduce of the model is large next to a step, as in the paper's ResNet18 runs (benchmarks)."""
+
+  width: int = 1400
+  residual: bool = False
 
 
 class CNN1D(nn.Module):
@@ -154,19 +163,12 @@ class CNN1D(nn.Module):
     return nn.Dense(self.num_classes)(x)
 
 
-class MLP1D(nn.Module):
+class MLP1D(_TwoReLUMLP):
   """The MNIST-1D MLP (the authors' `MLPBase`): a ReLU layer of `width`, a second one added to
   it as a residual, a dense output; it stands in for VGG16 (no BatchNorm, as the original)."""
 
-  num_classes: int
   width: int = 100
-
-  @nn.compact
-  def __call__(self, x, train=False, mask=None):
-    x = x.reshape((x.shape[0], -1))
-    h = nn.relu(nn.Dense(self.width)(x))
-    h = h + nn.relu(nn.Dense(self.width)(h))
-    return nn.Dense(self.num_classes)(h)
+  residual: bool = True
 
 
 class Linear(nn.Module):

@@ -29,6 +29,20 @@ class Dataset:
   augment_ok: bool
 
 
+def split_features(x, y, train: int, num_classes: int) -> Dataset:
+  """A Dataset of features used as given (no normalisation, no augmentation) whose first `train`
+  examples of `x`, `y` are the training set and the rest the test set."""
+  return Dataset(
+    x[:train],
+    y[:train],
+    x[train:],
+    y[train:],
+    num_classes=num_classes,
+    normalize='none',
+    augment_ok=False,
+  )
+
+
 def cause(e):
   """`Type: first line` of exception `e`, its module named when not a builtin (zlib.error)."""
   kind = type(e).__name__

@@ -15,6 +15,7 @@ import numpy as np
 
 from cocod_jax.data.dataset import DataError
 from cocod_jax.data.dataset import Dataset
+from cocod_jax.data.dataset import split_features
 
 # MNIST-1D variants: (training examples, test examples, generator arguments that differ from the
 # package's defaults).
@@ -144,15 +145,7 @@ def generate_mnist1d(name: str, train: int = 0, test: int = 0) -> Dataset:
     random.setstate(py_state)
   x = d['x'].astype(np.float32)[..., None]
   y = d['y'].astype(np.int32)
-  return Dataset(
-    x[:train],
-    y[:train],
-    x[train:],
-    y[train:],
-    num_classes=MNIST1D_CLASSES,
-    normalize='none',
-    augment_ok=False,
-  )
+  return split_features(x, y, train, num_classes=MNIST1D_CLASSES)
 
 
 def _read_mnist1d_cache(path, identity):
@@ -173,10 +166,7 @@ def load_mnist1d(name: str, train: int = 0, test: int = 0, cache_dir: str = '') 
   rename it into place (the same contents), so a reader never sees half a file.
 
   Args:
-    name: one of MNIST1D_VARIANTS.
-    train: training examples (0: the variant's).
-    test: test examples (0: the variant's).
-    cache_dir: the cache directory ('': $COCOD_CACHE_DIR, else ~/.cache/cocod_jax).
+    name, train, test, cache_dir: as `mnist1d_cache_path`.
 
   Returns:
     the Dataset (as `generate_mnist1d`).

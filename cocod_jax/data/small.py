@@ -3,7 +3,7 @@
 
 import numpy as np
 
-from cocod_jax.data.dataset import Dataset
+from cocod_jax.data.dataset import split_features
 
 
 def load_digits():
@@ -13,8 +13,7 @@ def load_digits():
   x = (d.images / 16.0).astype(np.float32)[..., None]
   y = d.target.astype(np.int32)
   perm = np.random.RandomState(0).permutation(len(x))  # The fixed train/test split.
-  tr, te = perm[:1500], perm[1500:]
-  return Dataset(x[tr], y[tr], x[te], y[te], num_classes=10, normalize='none', augment_ok=False)
+  return split_features(x[perm], y[perm], 1500, num_classes=10)
 
 
 def load_clusters100(classes=100, train=3000, test=1000):
@@ -29,12 +28,4 @@ def load_clusters100(classes=100, train=3000, test=1000):
   y = np.concatenate([np.arange(classes)] * ((train + test) // classes))
   y = y[rs.permutation(len(y))].astype(np.int32)
   x = (prototypes[y] + 0.5 * rs.randn(len(y), 8, 8, 1)).astype(np.float32)
-  return Dataset(
-    x[:train],
-    y[:train],
-    x[train:],
-    y[train:],
-    num_classes=classes,
-    normalize='none',
-    augment_ok=False,
-  )
+  return split_features(x, y, train, num_classes=classes)
