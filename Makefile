@@ -91,7 +91,7 @@ overlap-cpu: $(STAMP)
 # docs/paper-cpu/PREREGISTRATION.md, amendment 4); writes runs/long/long_schedule.{md,json,png},
 # the artefact docs/paper-cpu/long_schedule.* holds.
 long-cpu: $(STAMP)
-	$(PY) -m cocod_jax.experiments.long_schedule --scale=cpu --parallel=2 --workdir=runs/long
+	$(PY) -m cocod_jax.experiments.long_schedule --parallel=2 --workdir=runs/long
 
 # Every test (CI); test-fast leaves out those marked slow, mpi or slurm (pyproject.toml).
 test: $(DEV_STAMP)

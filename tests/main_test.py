@@ -78,6 +78,11 @@ BAD = {
   'model': (['--config.model.name=resnet50'], 'model.name'),
   'dataset': (['--config.dataset.name=mnist'], 'dataset.name'),
   'period': (['--config.algorithm.period=0'], 'algorithm.period'),
+  # An override of a field the algorithm does not read (S-SGD averages every step: no period).
+  'period_unused': (
+    ['--config.algorithm.name=ssgd', '--config.algorithm.period=4'],
+    "algorithm.period=4 is invalid with algorithm.name='ssgd'",
+  ),
   'correction': (['--config.algorithm.correction=lookahead'], 'algorithm.correction'),
   'lr_zero': (['--config.optimizer.learning_rate=0'], 'optimizer.learning_rate'),
   'lr_negative': (['--config.optimizer.learning_rate=-0.1'], 'optimizer.learning_rate'),
