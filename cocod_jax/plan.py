@@ -110,10 +110,3 @@ def batch_table(plan: Plan, epoch: int, worker: int, width: int) -> np.ndarray:
   out = np.zeros((rows, width), np.int32)
   out[:, :m_i] = order[: rows * m_i].reshape(rows, m_i)
   return out
-
-
-def batch_width(plan: Plan, workers) -> int:
-  """Examples a step computes on: the largest M_i of `workers` (those a process holds). A process
-  pads its workers to their largest batch (one vmapped shape; the mask keeps the padding out);
-  under MPI each rank computes on its own workers' largest M_i only."""
-  return max(plan.sizes[i] for i in workers)

@@ -42,8 +42,11 @@ class Diverged(RuntimeError):
 
 def place(cluster, plan: plan_lib.Plan, dataset):
   """The workers' shards with epoch 1's batches (what `algorithm.period='auto'` measures k on)
-  and the common x_0, on the cluster's devices."""
-  here, width = cluster.workers, plan_lib.batch_width(plan, cluster.workers)
+  and the common x_0, on the cluster's devices. A process pads its workers' batches to their
+  largest M_i (one vmapped shape; the mask keeps the padding out): under MPI each rank to its own
+  workers' largest."""
+  here = cluster.workers
+  width = max(plan.sizes[i] for i in here)  # The largest M_i here: the padded batch.
   data = steps_lib.WorkerData(
     x=cluster.put({i: dataset.x_train[plan.shards[i]] for i in here}),
     y=cluster.put({i: dataset.y_train[plan.shards[i]] for i in here}),
@@ -60,7 +63,8 @@ def place(cluster, plan: plan_lib.Plan, dataset):
 
 def epoch_data(cluster, plan: plan_lib.Plan, data, epoch: int, first: dict):
   """`data` with the batches of `epoch` and each worker's first step in it, uploaded once."""
-  here, width = cluster.workers, plan_lib.batch_width(plan, cluster.workers)
+  here = cluster.workers
+  width = max(plan.sizes[i] for i in here)  # The largest M_i here: the padded batch.
   return data._replace(
     batches=cluster.put({i: plan_lib.batch_table(plan, epoch, i, width) for i in here}),
     first_step=cluster.put({i: np.int32(first[i]) for i in here}),
@@ -197,8 +201,8 @@ def _train_and_evaluate(config, plan: plan_lib.Plan, claim, dataset: input_pipel
   options, auto = config.algorithm, None
   workdir, spe, epochs, c = claim.workdir, plan.steps_per_epoch, plan.num_epochs, plan.checkpoint
   tl = timeline_lib.Timeline(cluster.backend == 'mpi', cluster.rank, plan.sample_every)
-  data, state = place(cluster, plan, dataset)
   tests = eval_sets(plan, dataset, cluster.device)
+  data, state = place(cluster, plan, dataset)
   cluster.preflight(claim.record, state)
   if period_auto.measured(config):  # k (and tau) measured on epoch 1's batches, or stored.
     options, auto = period_auto.choose(cluster, config, state, data, workdir)
