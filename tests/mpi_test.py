@@ -1,6 +1,6 @@
-"""The MPI runtime under `mpirun` (subprocesses with timeouts): the same numbers as the one-host
-cluster, the threaded communicator equal to its synchronous mode, and every failure ending the
-job on every rank instead of hanging.
+"""The MPI runtime under `mpirun` (subprocesses limited by their silence and ended whole:
+tests/mpi_helpers.py): the same numbers as the one-host cluster, the threaded communicator equal
+to its synchronous mode, and every failure ending the job on every rank instead of hanging.
 """
 
 import json
@@ -22,22 +22,18 @@ from cocod_jax.record import checkpoints
 from cocod_jax.record import schema as results_schema
 from cocod_jax.record import workdir as workdir_lib
 from tests import helpers
+from tests import mpi_helpers
 
 pytestmark = pytest.mark.mpi  # Every test here launches mpirun.
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT, MPIRUN = mpi_helpers.ROOT, mpi_helpers.MPIRUN
 ALGOS = helpers.ALGOS
-MPIRUN = os.path.join(ROOT, 'launch', 'mpirun.sh')
 
 
-def _mpirun(np_, args, timeout=240, script=('-m', 'cocod_jax.main')):
-  env = dict(os.environ)
-  env.pop('XLA_FLAGS', None)
-  cmd = [MPIRUN, '-np', str(np_), sys.executable, *script, *args]
-  start = time.perf_counter()
-  p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-  p.elapsed = time.perf_counter() - start
-  return p
+def _mpirun(np_, args, silent_s=240, script=('-m', 'cocod_jax.main')):
+  """`np_` ranks of `python SCRIPT ARGS` (the entry point by default) under launch/mpirun.sh, ended
+  whole after `silent_s` seconds without a line of output (`mpi_helpers.mpirun`)."""
+  return mpi_helpers.mpirun('-np', str(np_), sys.executable, *script, *args, silent_s=silent_s)
 
 
 def _overrides(c):
@@ -134,7 +130,7 @@ def test_snapshot_survives_donation():
   # tests/mpi_snapshot.py holds the thread back until the tree given to `start` has been donated
   # and overwritten; the average is still that of the values at the call, for every staging, with
   # one worker per rank and two per rank on two devices; an Inf is named by its global worker.
-  p = _mpirun(2, [], timeout=120, script=('tests/mpi_snapshot.py',))
+  p = _mpirun(2, [], silent_s=120, script=('tests/mpi_snapshot.py',))
   assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
   for staging in ('host', 'device'):
     for width in (1, 2):
@@ -199,10 +195,8 @@ def test_world_size_must_match_num_workers(tmp_path):
 def test_config_mismatch_refused_on_every_rank(tmp_path):
   base = [sys.executable, '-m', 'cocod_jax.main', '--config=configs/test.py',
           f'--workdir={tmp_path}', '--config.backend=mpi']  # fmt: skip
-  env = dict(os.environ)
-  env.pop('XLA_FLAGS', None)
-  cmd = [MPIRUN, '-np', '1', *base, '--config.seed=0', ':', '-np', '1', *base, '--config.seed=1']
-  p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+  p = mpi_helpers.mpirun('-np', '1', *base, '--config.seed=0', ':', '-np', '1', *base,
+                         '--config.seed=1', silent_s=120)  # fmt: skip
   assert p.returncode != 0
   for rank in (0, 1):
     assert f'error: rank {rank}: the ranks were given different configs' in p.stderr, p.stderr
@@ -210,10 +204,10 @@ def test_config_mismatch_refused_on_every_rank(tmp_path):
   assert not os.path.exists(tmp_path / 'results.json')
 
 
-def _fault(tmp_path, fault, *extra, timeout=120):
+def _fault(tmp_path, fault, *extra, silent_s=120):
   args = [f'--fault={fault}', '--config=configs/test.py', f'--workdir={tmp_path}',
           '--config.backend=mpi', '--config.num_epochs=3', *extra]  # fmt: skip
-  return _mpirun(2, args, timeout=timeout, script=('tests/faults.py',))
+  return _mpirun(2, args, silent_s=silent_s, script=('tests/faults.py',))
 
 
 def test_parameter_shape_mismatch_refused_on_every_rank(tmp_path):
@@ -306,7 +300,7 @@ def straight_run(straight_workdir):
 def _stopped_then_resumed(tmp_path, fault, step, expect_rc):
   workdir = tmp_path / 'run'
   args = [f'--fault={fault}', f'--fault_step={step}', f'--workdir={workdir}', *CKPT]
-  p = _mpirun(2, args, timeout=120, script=('tests/faults.py',))
+  p = _mpirun(2, args, silent_s=120, script=('tests/faults.py',))
   assert p.returncode == expect_rc if expect_rc else p.returncode != 0, p.stderr[-3000:]
   assert p.elapsed < 60 and not (workdir / 'results.json').exists()
   again = _mpirun(2, CKPT + [f'--workdir={workdir}'])
@@ -424,8 +418,7 @@ def test_ctrl_c_on_mpirun_checkpoints_and_says_so(tmp_path):
   # its default action; a suite started in the background of a shell has it ignored, which exec
   # keeps and bash then cannot trap, so mpirun.sh starts through `exec` with the default restored.
   workdir = tmp_path / 'run'
-  env = dict(os.environ)
-  env.pop('XLA_FLAGS', None)
+  env = mpi_helpers.env()
   args = ['--fault=pause_at_step', '--fault_step=20', f'--workdir={workdir}', *CKPT]
   default_sigint = 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); '
   default_sigint += 'os.execv(sys.argv[1], sys.argv[1:])'

@@ -23,10 +23,7 @@ the ranks do not divide.
 
 import json
 import os
-import subprocess
 import sys
-import threading
-import time
 
 import numpy as np
 import pytest
@@ -37,12 +34,11 @@ from cocod_jax.cluster import ranks
 from cocod_jax.config import validation as config_validation
 from cocod_jax.record import schema as results_schema
 from tests import helpers
+from tests import mpi_helpers
 from tests import reference
 
 pytestmark = pytest.mark.mpi  # Every test here launches mpirun.
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MPIRUN = os.path.join(ROOT, 'launch', 'mpirun.sh')
 ALGOS = helpers.ALGOS + ('asynlocal_sgd',)
 # Per layout (workers per rank): the worker speeds and the devices per rank. Rank 0 holds the
 # first W workers. Under proportional sampling M_i = 5 C_i: at 2 x 2 the ranks hold 15 and 20
@@ -72,59 +68,6 @@ COMPRESSED = {'int8_ef_2x2': ('int8', True, 2), 'bf16_2x4': ('bfloat16', False, 
 # one per case (the longest silence measured: 15 s, the first run's start and compilation, in a
 # launch of 177 s on 2 busy cores).
 SILENT_S = 300
-
-
-def _env():
-  env = dict(os.environ)
-  env.pop('XLA_FLAGS', None)
-  return env
-
-
-def _mpirun(*args, silent_s=SILENT_S):
-  """Runs `launch/mpirun.sh ARGS` from the checkout; returns its CompletedProcess.
-
-  The limit is on silence, not on the whole job: a job that writes no line (stdout or stderr) for
-  `silent_s` seconds hangs, and is ended; the test fails with how far it got. A limit on the whole
-  launch of every case (it was 400 s) measures the machine's load instead: that launch took 132 to
-  232 s in a fresh clone on 2 cores shared with other work, and its failure shows at the setup of
-  the first test that uses it, ssgd-1. Ended means whole: SIGTERM to mpirun, which ends its ranks
-  (subprocess.run's timeout SIGKILLs mpirun alone, and the ranks, each in a process group of its
-  own, went on training beside the rest of the suite). stdin is /dev/null: mpirun.sh then execs
-  mpirun instead of its terminal mode.
-  """
-  cmd = [MPIRUN, *args]
-  p = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True)  # fmt: skip
-  out, err, last = [], [], [time.monotonic()]
-
-  def read(stream, lines):
-    for line in stream:
-      lines.append(line)
-      last[0] = time.monotonic()
-
-  readers = [
-    threading.Thread(target=read, args=a, daemon=True) for a in ((p.stdout, out), (p.stderr, err))
-  ]
-  for r in readers:
-    r.start()
-  start = time.monotonic()
-  while p.poll() is None and time.monotonic() - last[0] < silent_s:
-    time.sleep(0.2)
-  ended = p.poll() is None
-  if ended:
-    p.terminate()
-    try:
-      p.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-      p.kill()
-      p.wait()
-  for r in readers:
-    r.join(timeout=30)
-  out, err = ''.join(out), ''.join(err)
-  if ended:
-    pytest.fail(f'{" ".join(cmd)}: no output for {silent_s} s, ended after '
-                f'{time.monotonic() - start:.0f} s\n{out[-2000:]}{err[-4000:]}')  # fmt: skip
-  return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
 def _params(workdir):
@@ -198,7 +141,8 @@ def launch(tmp_path_factory):
     listed.append(dict(name=name, config=c.to_dict(), workdir=workdir,
                        then_epochs=extra.get('then_epochs')))  # fmt: skip
   (root / 'cases.json').write_text(json.dumps(listed))
-  p = _mpirun('-np', '2', sys.executable, 'tests/mpi_ranks.py', str(root / 'cases.json'))
+  script = (sys.executable, 'tests/mpi_ranks.py', str(root / 'cases.json'))
+  p = mpi_helpers.mpirun('-np', '2', *script, silent_s=SILENT_S)
   assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
   return cases
 
@@ -302,7 +246,7 @@ def test_different_device_counts_refused_on_every_rank(tmp_path):
   base = [sys.executable, '-m', 'cocod_jax.main', '--config=configs/test.py',
           f'--workdir={tmp_path}', '--config.backend=mpi', '--config.num_workers=4']  # fmt: skip
   two = ['env', 'XLA_FLAGS=--xla_force_host_platform_device_count=2']
-  p = _mpirun('-np', '1', *two, *base, ':', '-np', '1', *base, silent_s=120)
+  p = mpi_helpers.mpirun('-np', '1', *two, *base, ':', '-np', '1', *base, silent_s=120)
   assert p.returncode == 2, p.stderr[-3000:]
   for rank in (0, 1):
     line = (
