@@ -170,3 +170,14 @@ def test_points_with_equal_hashes_share_a_directory(tmp_path):
   os.rename(first.dir, first.dir.replace('/s0-', '/other-'))
   again = points_lib.expand(TINY, str(tmp_path))[0]
   assert again.dir == first.dir.replace('/s0-', '/other-')
+
+
+def test_override_the_algorithm_does_not_read_refused(tmp_path):
+  # As cocod_jax.main refuses it: S-SGD averages every step, so a period set by an override
+  # changes nothing but the points' hashes. The file's own period (3, configs/test.py) is valid.
+  with pytest.raises(errors.UsageError) as e:
+    points_lib.expand(TINY, str(tmp_path), {'algorithm.name': 'ssgd', 'algorithm.period': 4})
+  assert "algorithm.period=4 is invalid with algorithm.name='ssgd'" in str(e.value)
+  points = points_lib.expand(TINY, str(tmp_path), {'algorithm.name': 'ssgd'})
+  assert points and all(p.config['algorithm']['period'] == 3 for p in points)
+  assert points_lib.expand(TINY, str(tmp_path), {'algorithm.period': 4})  # cocod_sgd: its k.

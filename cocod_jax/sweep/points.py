@@ -207,7 +207,9 @@ def _resolve(module, config_arg: str, point_overrides: dict, sweep_overrides: di
         continue
       texts.pop(path, None)  # A sweep-wide override replaces the point's own.
       texts[path] = text
-  return config, texts, problems[0] + config_validation.errors(config), problems[1]
+  # As main refuses them: an override of a field the point's algorithm does not read.
+  as_given = config_files.get_config(module, config_arg) if texts else None
+  return config, texts, problems[0] + config_validation.errors(config, as_given), problems[1]
 
 
 def _make_point(i, path, config_arg, name, resolved, texts, workdir, link_rate) -> Point:
