@@ -83,7 +83,8 @@ paper-cpu: $(STAMP)
 # CoCoD-SGD's overlap options against S-SGD, Local-SGD and CoCoD-SGD (issue 30; registered in
 # docs/paper-cpu/PREREGISTRATION.md, amendments 3 and 5; root: the timing runs use the simulated
 # link): the pilot, the full runs, the timing runs, the mixed cluster; writes
-# runs/overlap/overlap.{md,json,png}, the artefact docs/paper-cpu/overlap.* holds.
+# runs/overlap/overlap.{md,json,png} and overlap_frontier.png, the artefacts docs/paper-cpu/overlap*
+# holds (--replot redraws the two figures from overlap.json alone).
 overlap-cpu: $(STAMP)
 	$(PY) -m cocod_jax.experiments.overlap --scale=cpu --parallel=2 --workdir=runs/overlap
 

@@ -5,8 +5,9 @@
   read by the field's type exactly as the entry point's `--config.<path>=<text>` reads it, with
   one line naming the override and what is allowed when it cannot be set.
 - `flatten(config)`: dotted path -> leaf value of a nested ConfigDict or dict.
-- `config_hash(config)`: the hash of a resolved config (the sweep's point directories, the MPI
-  ranks' agreement before their first collective).
+- `config_hash(config)`: the hash of a resolved config as a dict: the sweep's point directories
+  (sweep/points.py), and the MPI ranks' preflight before their first collective, on the run's
+  config as the workdir's claim records it (cluster/ranks.py).
 
 Nothing here imports JAX: the sweep runner and the entry point's error path use it cheaply.
 """
