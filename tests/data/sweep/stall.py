@@ -1,4 +1,4 @@
-"""The entry point, holding global step 4 until a SIGTERM comes, for tests/sweep_test.py.
+"""The entry point, holding global step 4 until a SIGTERM comes, for tests/sweep_task_test.py.
 
     python tests/data/sweep/stall.py <cocod_jax.main flags>
 

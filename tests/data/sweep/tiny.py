@@ -1,5 +1,5 @@
-"""A tiny experiment file for tests/sweep_test.py: configs/test.py's run (the linear model on
-digits, 2 workers, 1 epoch: seconds) as the cells of a sweep.
+"""A tiny experiment file for the sweep runner's tests (tests/sweep_*_test.py): configs/test.py's
+run (the linear model on digits, 2 workers, 1 epoch: seconds) as the cells of a sweep.
 
 get_config's arguments: `seed`, `mpi` (true: the MPI backend, for dry runs and Slurm scripts).
 sweep's argument `case` picks the points:
