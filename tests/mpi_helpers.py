@@ -2,6 +2,7 @@
 (tests/mpi_test.py, tests/ranks_test.py, and tests/period_auto_test.py through mpi_test)."""
 
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -17,6 +18,19 @@ def env():
   env = dict(os.environ)
   env.pop('XLA_FLAGS', None)
   return env
+
+
+def end(p, group: bool = False) -> None:
+  """Ends the launch `p` whole: SIGTERM to mpirun (with `group`, to its process group: a launch
+  started in a session of its own), which ends its ranks; SIGKILL after 30 s if it is still
+  there."""
+  signal_ = (lambda sig: os.killpg(p.pid, sig)) if group else p.send_signal
+  signal_(signal.SIGTERM)
+  try:
+    p.wait(timeout=30)
+  except subprocess.TimeoutExpired:
+    signal_(signal.SIGKILL)
+    p.wait()
 
 
 def mpirun(*args, silent_s):
@@ -52,12 +66,7 @@ def mpirun(*args, silent_s):
     time.sleep(0.2)
   ended = p.poll() is None
   if ended:
-    p.terminate()
-    try:
-      p.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-      p.kill()
-      p.wait()
+    end(p)
   for r in readers:
     r.join(timeout=30)
   elapsed = time.monotonic() - start

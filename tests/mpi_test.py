@@ -436,7 +436,11 @@ def test_ctrl_c_on_mpirun_checkpoints_and_says_so(tmp_path):
     while not (workdir / 'paused').exists() and p.poll() is None and time.monotonic() < deadline:
       time.sleep(0.1)
     os.killpg(p.pid, signal.SIGINT)
-    out, err = p.communicate(timeout=120)
+    try:
+      out, err = p.communicate(timeout=120)
+    except subprocess.TimeoutExpired:  # Not ended by Ctrl-C: end it whole, ranks included.
+      mpi_helpers.end(p, group=True)
+      raise
   finally:
     os.close(terminal)
     os.close(tty)
