@@ -55,8 +55,9 @@ def make_plan(config, dataset) -> Plan:
   bit). The same plan serves every k.
 
   Raises:
-    DataError: a worker's shard holds less than one of its batches, or the model cannot take
-      the dataset's examples (one line each, before anything is written).
+    DataError: a worker's shard holds less than one of its batches (pipeline.check_batches).
+    errors.UsageError: the model cannot take the dataset's examples (models.check_input).
+    Each one line, before anything is written.
   """
   k = 1 if config.algorithm.period == AUTO else config.algorithm.period
   sizes = schedules.batch_sizes(config)
@@ -65,11 +66,11 @@ def make_plan(config, dataset) -> Plan:
   d = config.dataset
   where = f'dataset.path={d.path!r}' if d.name == 'npz' else f'dataset.name={d.name!r}'
   models.check_input(model, config.model.name, tuple(dataset.x_train.shape[1:]), where)
+  periods = schedules.local_periods(config, k)
   shards = input_pipeline.shard_indices(
-    len(dataset.x_train), schedules.shard_weights(config, k), d.shuffle, config.seed
+    len(dataset.x_train), schedules.shard_weights(sizes, periods), d.shuffle, config.seed
   )
   rows = [len(s) // m for s, m in zip(shards, sizes)]
-  periods = schedules.local_periods(config, k)
   # An epoch ends when the first worker has used its whole shard (k_i = k: its rows).
   steps_per_epoch = min(r * k // k_i for r, k_i in zip(rows, periods))
   lr_fn = schedules.learning_rate_fn(config, sizes, steps_per_epoch)

@@ -39,11 +39,9 @@ def local_periods(config, k: int) -> list[int]:
   return [max(1, int(k * ci / min(c) + 1e-9)) for ci in c]
 
 
-def shard_weights(config, k: int) -> list[float]:
+def shard_weights(sizes: list[int], periods: list[int]) -> list[float]:
   """|D_i| ~ M_i * k_i: what each worker consumes in a round (docs/algorithms.md), so that all
-  workers finish an epoch together; k_i for the period k after the warm-up."""
-  sizes = batch_sizes(config)
-  periods = local_periods(config, k)
+  workers finish an epoch together; `sizes` the M_i, `periods` the k_i after the warm-up."""
   return [float(m * k) for m, k in zip(sizes, periods)]
 
 

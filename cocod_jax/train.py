@@ -40,13 +40,17 @@ class Diverged(RuntimeError):
   """Training stopped on a NaN or Inf; the message names the workers, the step and the rate."""
 
 
+def batch_width(cluster, plan: plan_lib.Plan) -> int:
+  """Examples a step computes on: the largest M_i of the workers this process holds. A process
+  pads its workers to their largest batch (one vmapped shape; the mask keeps the padding out);
+  under MPI each rank computes on its own workers' largest M_i only."""
+  return max(plan.sizes[i] for i in cluster.workers)
+
+
 def place(cluster, plan: plan_lib.Plan, dataset):
   """The workers' shards with epoch 1's batches (what `algorithm.period='auto'` measures k on)
-  and the common x_0, on the cluster's devices. A process pads its workers' batches to their
-  largest M_i (one vmapped shape; the mask keeps the padding out): under MPI each rank to its own
-  workers' largest."""
-  here = cluster.workers
-  width = max(plan.sizes[i] for i in here)  # The largest M_i here: the padded batch.
+  and the common x_0, on the cluster's devices."""
+  here, width = cluster.workers, batch_width(cluster, plan)
   data = steps_lib.WorkerData(
     x=cluster.put({i: dataset.x_train[plan.shards[i]] for i in here}),
     y=cluster.put({i: dataset.y_train[plan.shards[i]] for i in here}),
@@ -63,8 +67,7 @@ def place(cluster, plan: plan_lib.Plan, dataset):
 
 def epoch_data(cluster, plan: plan_lib.Plan, data, epoch: int, first: dict):
   """`data` with the batches of `epoch` and each worker's first step in it, uploaded once."""
-  here = cluster.workers
-  width = max(plan.sizes[i] for i in here)  # The largest M_i here: the padded batch.
+  here, width = cluster.workers, batch_width(cluster, plan)
   return data._replace(
     batches=cluster.put({i: plan_lib.batch_table(plan, epoch, i, width) for i in here}),
     first_step=cluster.put({i: np.int32(first[i]) for i in here}),

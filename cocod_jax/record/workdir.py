@@ -140,8 +140,10 @@ def data_fingerprint(dataset) -> dict:
 def fingerprint(config, dataset) -> dict:
   """What defines a run's results: the config's result fields (all but
   config_files.NON_TRAINING_FIELDS) and the data."""
-  data = data_fingerprint(dataset)
-  return {'config': checkpoints.result_fields(config.to_dict()), 'data': data}
+  return {
+    'config': checkpoints.result_fields(config.to_dict()),
+    'data': data_fingerprint(dataset),
+  }
 
 
 def first_difference(old: dict, new: dict) -> str | None:
