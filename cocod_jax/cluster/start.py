@@ -8,15 +8,17 @@ Nothing here imports JAX or MPI at module level: the environment must be set fir
 import os
 
 
-def add_xla_flag(flag: str) -> None:
-  os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' ' + flag).strip()
+def cpu_devices(count: int) -> None:
+  """On a CPU a process may shard its workers over `count` emulated XLA CPU devices (the tests
+  do): the flag must be set before JAX starts its backends, and changes nothing on a GPU."""
+  if count > 1:
+    flag = f'--xla_force_host_platform_device_count={count}'
+    os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' ' + flag).strip()
 
 
 def one_host(config) -> None:
-  """On a CPU the one-host cluster may be sharded over several XLA CPU devices (the tests do); the
-  flag must be set before JAX starts its backends and changes nothing on a GPU."""
-  if config.one_host.devices > 1:
-    add_xla_flag(f'--xla_force_host_platform_device_count={config.one_host.devices}')
+  """The one-host cluster's emulated CPU devices (`one_host.devices`)."""
+  cpu_devices(config.one_host.devices)
 
 
 def check_devices(config) -> None:
@@ -61,8 +63,7 @@ def mpi_layout(config, size: int) -> None:
   from cocod_jax.config import validation  # pylint: disable=g-import-not-at-top
 
   validation.check_world(config, size)
-  if config.mpi.devices > 1:  # A rank on a CPU shards its workers over emulated CPU devices.
-    add_xla_flag(f'--xla_force_host_platform_device_count={config.mpi.devices}')
+  cpu_devices(config.mpi.devices)  # A rank's own devices (`mpi.devices`).
   ranks.agree_on_layout(config)
 
 
