@@ -1,7 +1,11 @@
-"""One background thread, one collective in flight, errors re-raised on the main thread.
+"""One background thread, collectives run in the order they were started, errors re-raised on the
+main thread.
 
 `BackgroundWorker.submit(fn, label, step)` hands `fn` to the worker's one thread and returns a
-`Pending` handle at once; `wait(handle)` blocks until `fn` has run and returns its result. An
+`Pending` handle at once; `wait(handle)` blocks until `fn` has run and returns its result.
+Several calls may be in flight (streamed CoCoD-SGD queues one fragment's allreduce a step, and
+with a delay tau > 1 up to tau of them): the thread runs them one after the other, in order, and
+they are waited for in that order. An
 exception inside the thread is re-raised on the caller's thread as `CommError`; a call that has
 not finished `timeout_s` after it was submitted raises `CommTimeout` instead of hanging. With
 `threaded=False` the same calls run synchronously on the caller's thread (tests compare the two);
@@ -61,7 +65,7 @@ class Pending:
 
 
 class BackgroundWorker:
-  """Runs submitted calls on one daemon thread, one at a time, with at most one in flight.
+  """Runs submitted calls on one daemon thread, one at a time, in the order submitted.
 
   Args:
     threaded: False runs every call on the caller's thread at `submit`.
@@ -71,7 +75,7 @@ class BackgroundWorker:
 
   def __init__(self, threaded: bool, timeout_s: float, rank: int):
     self.threaded, self.timeout_s, self.rank = threaded, float(timeout_s), rank
-    self.inflight: Pending | None = None
+    self.inflight: list[Pending] = []  # Submitted, not yet waited for, oldest first.
     self.stuck = False  # A call timed out or the thread did not stop: MPI state is unknown.
     self._jobs = queue.Queue()
     self._thread = None
@@ -102,10 +106,12 @@ class BackgroundWorker:
     """Starts `fn(handle)` on the thread (`inline`: runs it now on the caller's thread, for a
     collective that the caller waits for at once); `fn` may set `handle.span` to the part it
     times."""
-    if self.inflight is not None:
-      raise RuntimeError(f'{self.inflight.label} is still in flight; one collective at a time')
+    if inline and self.inflight:
+      raise RuntimeError(
+        f'{self.inflight[0].label} is still in flight; a blocking collective waits for it first'
+      )
     job = Pending(label, step)
-    self.inflight = job
+    self.inflight.append(job)
     if self.threaded and not inline:
       self._jobs.put((job, fn))
     else:
@@ -113,7 +119,10 @@ class BackgroundWorker:
     return job
 
   def wait(self, job: Pending):
-    """The result of `job`; raises CommTimeout or CommError instead of hanging."""
+    """The result of `job` (the oldest in flight); raises CommTimeout or CommError instead of
+    hanging."""
+    if self.inflight and job is not self.inflight[0]:
+      raise RuntimeError(f'{job.label} waited for before {self.inflight[0].label}, started first')
     while not job.done.wait(0.05):
       elapsed = time.perf_counter() - job.submitted
       if elapsed > self.timeout_s:
@@ -122,7 +131,8 @@ class BackgroundWorker:
           f'rank {self.rank}: the allreduce of {job.label} has not finished after {elapsed:.1f} s '
           f'(comm.timeout_s={self.timeout_s:g}); a peer is stuck, dead or far slower'
         )
-    self.inflight = None
+    if self.inflight:
+      self.inflight.pop(0)
     if job.error is not None:
       if isinstance(job.error, Diverged):
         raise job.error
@@ -137,4 +147,4 @@ class BackgroundWorker:
       self._jobs.put(None)
       self._thread.join(timeout=5.0)
       self.stuck = self.stuck or self._thread.is_alive()
-    return not self.stuck and self.inflight is None
+    return not self.stuck and not self.inflight
