@@ -80,9 +80,15 @@ def fail(
     status: the exit status (2 for a user mistake).
     prefix: put before every line.
     footer: one more line after the problems; `{n}` in it is the number of problems.
-    verbose: print the Python traceback of the exception being handled first.
+    verbose: first print the Python traceback of `error` when it was raised, else of the
+      exception being handled; nothing when there is neither (a problem found by a check).
   """
   if verbose:
-    traceback.print_exc()
+    raised = error if isinstance(error, BaseException) and error.__traceback__ else None
+    if raised is None and sys.exc_info()[1] is not None:
+      raised = sys.exc_info()[1]
+    if raised is not None:
+      traceback.print_exception(raised, file=sys.stderr)
+      sys.stderr.flush()
   report(error, prefix, footer)
   sys.exit(status)
