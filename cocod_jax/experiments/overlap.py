@@ -17,7 +17,8 @@ Every difference is the registered paired procedure of the tables (by seed and t
 final accuracy minus Local-SGD's, paired by seed, at least -0.25 point in every column.
 
 Writes overlap.md, .json (with the commits the runs were made at) and .png into --workdir;
-`--replot` draws the .png files again from that overlap.json alone, running nothing. The
+`--replot` draws the .png files again from that overlap.json alone, running nothing (with
+`--dry_run` it names them and writes nothing). The
 analysis: overlap_analysis.py; overlap.md: overlap_report.py; the figures: overlap_plots.py.
 """
 
@@ -80,23 +81,27 @@ def make() -> int:
   return 0 if not data['not_run'] else 1
 
 
-def _plot(data: dict) -> list[str]:
-  """overlap.png and, with timing runs, overlap_frontier.png into --workdir; their paths."""
-  paths = [overlap_plots.plot(data)]
+def _plot(data: dict, dry_run: bool = False) -> list[str]:
+  """overlap.png and, with timing runs, overlap_frontier.png into --workdir; their paths (with
+  `dry_run` only the paths, nothing drawn)."""
+  figures = [('overlap', overlap_plots.plot)]
   if data['timing']:
-    paths.append(overlap_plots.plot_frontier(data))
-  return paths
+    figures.append(('overlap_frontier', overlap_plots.plot_frontier))
+  if dry_run:
+    return [os.path.join(FLAGS.workdir, f'{name}.png') for name, _ in figures]
+  return [draw(data) for _, draw in figures]
 
 
 def replot() -> int:
-  """--replot: the figures again from <workdir>/overlap.json alone (nothing else written)."""
+  """--replot: the figures again from <workdir>/overlap.json alone (nothing else written; with
+  --dry_run nothing at all, the figures it would draw named)."""
   path = os.path.join(FLAGS.workdir, 'overlap.json')
   if not os.path.exists(path):
     errors.fail(errors.UsageError(f'overlap: --replot reads {path}, which does not exist'))
   with open(path, encoding='utf-8') as f:
     data = json.load(f)
-  for written in _plot(data):
-    print(written)
+  for written in _plot(data, dry_run=FLAGS.dry_run):
+    print(f'dry run: would draw {written}' if FLAGS.dry_run else written)
   return 0
 
 
