@@ -203,6 +203,8 @@ def _train_and_evaluate(config, plan: plan_lib.Plan, claim, dataset: input_pipel
   cluster = cluster_lib.make(config, plan.fns, plan.weights)
   options, auto = config.algorithm, None
   workdir, spe, epochs, c = claim.workdir, plan.steps_per_epoch, plan.num_epochs, plan.checkpoint
+  if cluster.is_chief:  # Before anything slow: what runs, where, into which workdir.
+    print(writers.start_line(workdir, config.algorithm, cluster, len(plan.sizes)), flush=True)
   tl = timeline_lib.Timeline(cluster.backend == 'mpi', cluster.rank, plan.sample_every)
   tests = eval_sets(plan, dataset, cluster.device)
   data, state = place(cluster, plan, dataset)
@@ -250,6 +252,8 @@ def _train_and_evaluate(config, plan: plan_lib.Plan, claim, dataset: input_pipel
     if preempt:
       raise checkpoints.Preempted(f'preempted at step {pos.step}: checkpoint written')
 
+  if cluster.is_chief and pos.epoch <= epochs:  # The first step compiles (seconds to a minute).
+    print('compiling the step ...', flush=True)
   try:
     with guard:
       for epoch in range(pos.epoch, epochs + 1):

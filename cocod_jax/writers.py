@@ -19,6 +19,43 @@ from cocod_jax.record import files
 from cocod_jax.record import workdir as workdir_lib
 
 
+def start_line(workdir: str, options, cluster, workers: int) -> str:
+  """The run's first console line: where its results go, the algorithm with the options that
+  shape its rounds (period, delay, fragments), and the layout (workers, processes, devices)."""
+  from cocod_jax import algorithms  # pylint: disable=g-import-not-at-top
+
+  cls = algorithms.ALGORITHMS.get(options.name)
+  what = [options.name]
+  if cls is not None and issubclass(cls, algorithms.base.RoundAlgorithm):
+    what.append(f'period={options.period}')
+  if options.name == 'cocod_sgd':
+    what.append(f'delay={options.delay}')
+    if options.get('correction', 'cocod') != 'cocod':
+      what.append(f'correction={options.correction}')
+  fragments = options.get('fragments', 1)
+  if isinstance(fragments, int) and fragments > 1:
+    what.append(f'fragments={fragments}')
+  lay = cluster.layout()
+  if cluster.backend == 'mpi':
+    n = lay['processes']
+    where = (
+      f'{n} rank{"s" if n > 1 else ""} of {lay["workers_per_process"]} each, '
+      f'{lay["devices_per_process"]} {lay["platform"]} device(s) a rank'
+    )
+  else:
+    where = f'one process, {lay["devices_per_process"]} {lay["platform"]} device(s)'
+  return f'run: {" ".join(what)}; {workers} workers on {where}; workdir {os.path.abspath(workdir)}'
+
+
+def where_written(workdir: str) -> str:
+  """The run's last console line: where its results, TensorBoard events and final model are."""
+  root = os.path.abspath(workdir)
+  return (
+    f'written: {os.path.join(root, "results.json")}, {os.path.join(root, "final_params.npz")} '
+    f'and the TensorBoard events in {root} (tensorboard --logdir={root})'
+  )
+
+
 class Recorder:
   """The run's outputs, written by the chief only: results.json (rewritten whole, atomically, at
   the end or on divergence), metrics.jsonl (one line per epoch), TensorBoard scalars, the console.
@@ -82,11 +119,14 @@ class Recorder:
         if k != 'epoch':
           self.writer.add_scalar(k, v, rec['epoch'])
     self._write_metrics()
+    # train_time_s is cumulative (every epoch so far); the epoch's own time is printed beside it.
+    before = self.records[-2]['train_time_s'] if len(self.records) > 1 else 0.0
     print(
       f'epoch {rec["epoch"]:3d}/{self.num_epochs}  train_loss {rec["train_loss"]:.4f}  '
       f'test_loss {rec["test_loss"]:.4f}  test_acc {rec["test_accuracy"]:.4f}  '
       + (f'avg_train_loss {rec["avg_train_loss"]:.4f}  ' if 'avg_train_loss' in rec else '')
-      + f'train_time {rec["train_time_s"]:.1f}s',
+      + f'train_time {rec["train_time_s"]:.1f}s total ({rec["train_time_s"] - before:.1f}s '
+      'this epoch)',
       flush=True,
     )
 
@@ -118,6 +158,7 @@ class Recorder:
         if os.path.exists(tmp):
           os.remove(tmp)
     self._write_results()
+    print(where_written(self.workdir), flush=True)
     return self.results
 
   def close(self):

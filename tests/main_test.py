@@ -57,6 +57,31 @@ def test_one_epoch_every_algorithm(tmp_path, algorithm):
     assert any(k.startswith('batch_stats/') for k in f.files)
 
 
+def test_console_says_what_happens_before_and_after(tmp_path):
+  # Issue 42 item 7: one line at the start (the workdir, the algorithm with its period and delay,
+  # the layout), "compiling the step ..." before epoch 1, the epoch's own time beside the
+  # cumulative train_time, and at the end where results.json, final_params.npz and the
+  # TensorBoard events are.
+  wd = tmp_path / 'run'
+  p = _main(wd, '--config.num_epochs=2')
+  assert p.returncode == 0, p.stderr[-3000:]
+  lines = p.stdout.splitlines()
+  first = lines[0]
+  assert first.startswith('run: cocod_sgd period=3 delay=None;'), first
+  assert '2 workers on one process' in first and f'workdir {wd}' in first, first
+  assert lines[1] == 'compiling the step ...', lines
+  epochs = [line for line in lines if line.startswith('epoch ')]
+  assert len(epochs) == 2 and all('s total (' in e and 's this epoch)' in e for e in epochs)
+  last = lines[-1]
+  for name in ('results.json', 'final_params.npz'):
+    assert str(wd / name) in last and (wd / name).exists(), last
+  assert f'TensorBoard events in {wd}' in last
+  assert any(n.startswith('events.out.tfevents') for n in os.listdir(wd))
+  # A rerun of the finished run says so and prints none of them.
+  again = _main(wd, '--config.num_epochs=2')
+  assert again.returncode == 0 and 'compiling' not in again.stdout, again.stdout
+
+
 def _npz(tmp_path, **arrays):
   path = tmp_path / 'd.npz'
   np.savez(path, **arrays)
