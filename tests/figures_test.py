@@ -1,7 +1,8 @@
-"""The overlap and corrections figures: drawn from the committed docs/paper-cpu/*.json (overlap's
-from its json alone, with `--replot`; corrections' timing panels need the runs' epochs, which its
-json does not hold, so they get made-up runs), each on a grid, the links by rate, the accuracy
-axis set by the bulk of the points and every outlier at its edge with its value written."""
+"""The overlap and corrections figures: drawn from the committed json (docs/paper-cpu/overlap.json,
+docs/archive/corrections.json; overlap's from its json alone, with `--replot`; corrections' timing
+panels need the runs' epochs, which its json does not hold, so they get made-up runs), each on a
+grid, the links by rate, the accuracy axis set by the bulk of the points and every outlier at its
+edge with its value written."""
 
 import json
 import os
@@ -19,10 +20,11 @@ from configs import overlap as overlap_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAPER = os.path.join(ROOT, 'docs', 'paper-cpu')
+ARCHIVE = os.path.join(ROOT, 'docs', 'archive')
 
 
-def _json(name):
-  with open(os.path.join(PAPER, f'{name}.json'), encoding='utf-8') as f:
+def _json(name, folder=PAPER):
+  with open(os.path.join(folder, f'{name}.json'), encoding='utf-8') as f:
     return json.load(f)
 
 
@@ -102,7 +104,7 @@ def _run(variant, link_seed, epoch_s, top):
 def test_corrections_figure_on_committed_rows():
   # The accuracy panel from corrections.json's rows; the timing panels on made-up runs, one link
   # a panel, given in the json's order (18, 5.5, 12 Mbit/s).
-  data = _json('corrections')
+  data = _json('corrections', ARCHIVE)  # A record of an earlier build (docs/archive/README.md).
   timed = {link: [_run(v, s, 1.0 / (i + 1), 0.8) for v in corrections.TIMED for s in (0, 1)]
            for i, link in enumerate(data['timing'])}  # fmt: skip
   assert list(timed) == ['18mbit/8kb/8000', '5.5mbit/8kb/8000', '12mbit/8kb/8000']

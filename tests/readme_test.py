@@ -21,6 +21,7 @@ from cocod_jax.record import provenance
 
 ROOT = provenance.ROOT
 FOLDER = os.path.join(ROOT, readme.FOLDER)
+ARCHIVE = os.path.join(ROOT, readme.ARCHIVE)
 DOCUMENTS = ['README.md'] + sorted(
   os.path.join('docs', n) for n in os.listdir(os.path.join(ROOT, 'docs')) if n.endswith('.md')
 )
@@ -93,12 +94,9 @@ def test_table_verdicts_follow_from_the_committed_correctness(name):
 
 
 def test_correction_verdicts_follow_from_the_committed_correctness():
-  path = os.path.join(FOLDER, 'corrections.json')
-  if not os.path.exists(path):
-    pytest.skip(f'{path} not made yet')
-  with open(path) as f:
+  with open(os.path.join(ARCHIVE, 'corrections.json')) as f:
     data = json.load(f)
-  with np.load(os.path.join(FOLDER, 'corrections_correct.npz')) as f:
+  with np.load(os.path.join(ARCHIVE, 'corrections_correct.npz')) as f:
     bits = correctness.unpack(f)
   reference = bits['ssgd']
   np.testing.assert_allclose(100.0 * reference.mean(axis=1), data['reference_final'], atol=1e-3)
@@ -122,10 +120,8 @@ def test_artefacts_name_commits_of_this_repository():
   if shallow.stdout.strip() != 'false':
     pytest.skip('a shallow clone (or no git): the commits the artefacts name cannot be looked up')
   checked = 0
-  for name in readme.ARTEFACTS + ('period_auto', 'mnist1d_check'):
-    path = os.path.join(FOLDER, f'{name}.json')
-    if not os.path.exists(path):
-      continue
+  for path in _records():
+    name = os.path.relpath(path, ROOT)
     with open(path) as f:
       data = json.load(f)
     commits = [(data['commit'], data['dirty'])]
@@ -136,21 +132,61 @@ def test_artefacts_name_commits_of_this_repository():
                              capture_output=True, check=False)  # fmt: skip
       assert known.returncode == 0, f'{name}: commit {commit} unknown'
       checked += 1
-  assert checked >= len(readme.ARTEFACTS)
+  assert checked >= len(readme.ARTEFACTS) + len(ARCHIVED)
 
 
-def test_no_point_directory_or_command_holds_a_path_of_the_machine_that_made_it():
-  for name in readme.ARTEFACTS:
-    path = os.path.join(FOLDER, f'{name}.json')
-    if not os.path.exists(path):
-      continue
+# The records of earlier builds that docs/archive/ holds (issue 42 item 6), each named with its
+# build in docs/archive/README.md.
+ARCHIVED = ('corrections', 'period_auto', 'mnist1d_check')
+
+
+def _records() -> list[str]:
+  """Every committed record: the artefacts' json (docs/paper-cpu) and the archived ones'."""
+  paths = [os.path.join(FOLDER, f'{name}.json') for name in readme.ARTEFACTS]
+  paths += [os.path.join(ARCHIVE, f'{name}.json') for name in ARCHIVED]
+  assert all(os.path.exists(p) for p in paths), [p for p in paths if not os.path.exists(p)]
+  return paths
+
+
+def test_the_archive_names_the_build_of_each_record():
+  index = _read(os.path.join(readme.ARCHIVE, 'README.md'))
+  assert sorted(n for n in os.listdir(ARCHIVE) if n.endswith('.json')) == sorted(
+    f'{name}.json' for name in ARCHIVED
+  )
+  for name in ARCHIVED:
+    with open(os.path.join(ARCHIVE, f'{name}.json')) as f:
+      commit = json.load(f)['commit'][:7]
+    line = next(' '.join(x.split()) for x in index.split('\n- ') if x.startswith(f'`{name}.md`'))
+    assert f'at {commit} (tree clean' in line, (name, line)
+    assert f'a record of the build at {commit}' in _read(os.path.join(readme.ARCHIVE, f'{name}.md'))
+    assert not os.path.exists(os.path.join(FOLDER, f'{name}.json')), name
+
+
+def _strings(value):
+  if isinstance(value, dict):
+    for v in value.values():
+      yield from _strings(v)
+  elif isinstance(value, list):
+    for v in value:
+      yield from _strings(v)
+  elif isinstance(value, str):
+    yield value
+
+
+# A path of a machine written in a document: an absolute path of two parts or more, after a space,
+# a quote, a bracket or '='.
+_MACHINE_PATH = re.compile(r'(?:^|[\s`\'"=(])(/[A-Za-z][\w.-]*/[\w./-]+)', re.M)
+
+
+def test_no_record_holds_a_path_of_the_machine_that_made_it():
+  for path in _records():
     with open(path) as f:
       data = json.load(f)
-    if 'run_commits' not in data:
-      continue  # A record of an earlier build (its provenance line says so).
-    assert not os.path.isabs(data['command'].split('--workdir=')[-1]), name
-    for point in data.get('points', []):
-      assert not os.path.isabs(point['dir']), (name, point['dir'])
+    for text in _strings(data):
+      assert not os.path.isabs(text), (path, text)
+      assert not _MACHINE_PATH.findall(text), (path, text)
+    with open(path.removesuffix('.json') + '.md') as f:
+      assert not _MACHINE_PATH.findall(f.read()), path
 
 
 # Paths the documents name: a Markdown link's target, or a backticked path of the repository.
@@ -218,7 +254,8 @@ def _results_paragraphs() -> list[tuple[str, set[str]]]:
 
 
 def _printed(name: str) -> set[str]:
-  with open(os.path.join(FOLDER, f'{name}.md')) as f:
+  folder = ARCHIVE if name in ARCHIVED else FOLDER
+  with open(os.path.join(folder, f'{name}.md')) as f:
     return set(FIGURE.findall(f.read()))
 
 

@@ -5,9 +5,10 @@
 
 Each part sits between its BEGIN and END markers:
 
-- docs/results.md, the results: artefact by artefact (docs/paper-cpu/<name>.md and .json), the
-  artefact's own Markdown under a heading, with a line from its JSON saying which commit(s) its
-  runs were made at, which commit rendered it, the command and the machine.
+- docs/results.md, the results: artefact by artefact (docs/paper-cpu/<name>.md and .json, then
+  the archived records of earlier builds in docs/archive/), the artefact's own Markdown under a
+  heading, with a line from its JSON saying which commit(s) its runs were made at, which commit
+  rendered it, the command and the machine.
 - README.md, the benchmark's targets: each target line of docs/bench/bench.md, with where and when
   it was measured.
 - README.md, the exit statuses: the table of cocod_jax/config/errors.py (EXIT_CODES).
@@ -28,13 +29,17 @@ from cocod_jax.record import files
 from cocod_jax.record import provenance
 
 FOLDER = os.path.join('docs', 'paper-cpu')
+# Records of earlier builds that no make target remakes (docs/archive/README.md names each one's
+# build); their provenance line says so.
+ARCHIVE = os.path.join('docs', 'archive')
 BENCH = os.path.join('docs', 'bench')
-# The paper's artefacts, the long schedule, the overlap options, then the records of earlier
-# builds that no make target remakes (their provenance line says so).
+# The paper's artefacts, the long schedule, the overlap options (docs/paper-cpu/).
 ARTEFACTS = (
   'table1', 'table2', 'fig2', 'fig5', 'fig3', 'fig6', 'fig4', 'ablation', 'long_schedule',
-  'overlap', 'corrections',
+  'overlap',
 )  # fmt: skip
+# The archived records rendered into docs/results.md after them (docs/archive/).
+ARCHIVED = ('corrections',)
 
 
 def _marker(name: str, end: bool = False) -> str:
@@ -64,9 +69,10 @@ def provenance_line(data: dict, path: str) -> str:
   return f'*`{path}`: {where}; `{data.get("command", "?")}`; {machine}.*'
 
 
-def section(name: str, root: str) -> str | None:
-  """One artefact's part of the results; None when it has not been made."""
-  md, js = (os.path.join(root, FOLDER, f'{name}.{ext}') for ext in ('md', 'json'))
+def section(name: str, root: str, folder: str = FOLDER) -> str | None:
+  """One artefact's part of the results (its files in `folder`); None when it has not been
+  made."""
+  md, js = (os.path.join(root, folder, f'{name}.{ext}') for ext in ('md', 'json'))
   if not (os.path.exists(md) and os.path.exists(js)):
     return None
   with open(md) as f:
@@ -77,13 +83,14 @@ def section(name: str, root: str) -> str | None:
   body = '\n'.join(lines[1:]).strip('\n')
   body = re.sub(r'^#+ ', '#### ', body, flags=re.M)  # The artefact's own headings, under ours.
   # Images are named relative to the artefact's folder; docs/results.md sits one level up.
-  body = re.sub(r'\]\(([\w.-]+\.png)\)', r'](paper-cpu/\1)', body)
-  line = provenance_line(data, f'{FOLDER}/{name}.json')
+  body = re.sub(r'\]\(([\w.-]+\.png)\)', rf']({os.path.basename(folder)}/\1)', body)
+  line = provenance_line(data, f'{folder}/{name}.json')
   return f'### {title}\n\n{line}\n\n{body}\n'
 
 
 def results(root: str) -> str:
-  return '\n'.join(s for s in (section(n, root) for n in ARTEFACTS) if s is not None)
+  parts = [section(n, root) for n in ARTEFACTS] + [section(n, root, ARCHIVE) for n in ARCHIVED]
+  return '\n'.join(s for s in parts if s is not None)
 
 
 def bench_targets(root: str) -> str:
