@@ -1,8 +1,9 @@
 """The documents' measured results are the committed artefacts': every generated part (the results
 in docs/results.md, the benchmark's targets and the exit statuses in README.md) equals its
-rendering, each table's verdicts follow from its committed per-example correctness, the prose
-about the results quotes only figures its paragraph's artefacts print, and the documents cite
-only files the repository holds."""
+rendering, each table's verdicts follow from its committed per-example correctness, every figure
+of the prose about the results (README's 'What was found', docs/results.md's reading) is the json
+field its block's `<!-- cells: ... -->` comment names, and the documents cite only files the
+repository holds."""
 
 import json
 import os
@@ -222,13 +223,15 @@ def test_readme_is_short():
   assert len(_read('README.md').splitlines()) <= 300
 
 
-# A figure with two decimals, with its sign where one is written (after a space or a bracket, so
-# that a range "2.30-2.38" is two unsigned figures) and its "x" where it is a speedup.
-FIGURE = re.compile(r'(?:(?<=[\s(\[])[-+])?\d+\.\d\d(?![\d])x?')
-# How the README's prose names an artefact of docs/paper-cpu.
-NAMED = {'Table 1': 'table1', 'Table 2': 'table2', 'Figure 3': 'fig3', 'Figure 4': 'fig4',
-         'Figure 6': 'fig6', 'ablation': 'ablation', 'corrections': 'corrections',
-         'overlap.md': 'overlap', 'long_schedule.md': 'long_schedule'}  # fmt: skip
+# A figure of the prose: a number with two decimals, with its sign where one is written (after a
+# space or a bracket, so that a range "2.30-2.38" is two unsigned figures) and its "x" where it is
+# a speedup, or a percentage.
+FIGURE = re.compile(r'(?:(?<=[\s(\[])[-+])?(?:\d+\.\d\d(?![\d%])x?|\d+(?:\.\d+)?%)')
+# Where a block of prose says which cell each of its figures reads, in order: one entry a figure,
+# `artefact:path` (a field of docs/paper-cpu/<artefact>.json or docs/archive/<artefact>.json: keys
+# by `.`, a list's item by `[index]` or by its fields `[algo=ssgd,task=c10_r18]`) or
+# `PREREGISTRATION.md` (a registered figure, not a result: printed in that document).
+CELLS = re.compile(r'<!-- cells: (.*?) -->', re.S)
 RESULTS = os.path.join('docs', 'results.md')
 
 
@@ -236,42 +239,118 @@ def _between(text: str, start: str, end: str) -> str:
   return text[text.index(start) : text.index(end)]
 
 
-def _results_paragraphs() -> list[tuple[str, set[str]]]:
-  """The prose about the committed results, as paragraphs, each with the artefacts it names: in
-  docs/results.md the section on the overlap options (all of it about overlap.md) and the one on
-  the corrections (corrections.md), and paragraph by paragraph the reading of the paper's
-  artefacts and README's summary at the top ('What was found')."""
+def _prose_blocks() -> list[tuple[str, str]]:
+  """The prose about the committed results, as blocks (a paragraph, or a list's item), each with
+  where it is: docs/results.md from the reading of the paper's artefacts to the artefacts
+  themselves, and README's summary at the top ('What was found')."""
   results = _read(RESULTS)
-  text = _read('README.md')
-  overlap = _between(results, '## Overlap with less staleness', '## Beyond the paper')
-  corrections = _between(results, '## Beyond the paper', '## The artefacts')
-  reading = _between(results, "## What the paper's artefacts say", '## Overlap with less staleness')
-  found = _between(text, '## What was found', '## Install')
-  out = [(overlap, {'overlap'}), (corrections, {'corrections'})]
-  for paragraph in (reading + '\n\n' + found).split('\n\n'):
-    out.append((paragraph, {name for words, name in NAMED.items() if words in paragraph}))
+  prose = [
+    (RESULTS, _between(results, "## What the paper's artefacts say", '## The artefacts')),
+    ('README.md', _between(_read('README.md'), '## What was found', '## Install')),
+  ]
+  out = []
+  for path, text in prose:
+    for paragraph in text.split('\n\n'):
+      for block in re.split(r'\n(?=- )', paragraph):
+        out.append((path, block))
   return out
 
 
-def _printed(name: str) -> set[str]:
-  folder = ARCHIVE if name in ARCHIVED else FOLDER
-  with open(os.path.join(folder, f'{name}.md')) as f:
-    return set(FIGURE.findall(f.read()))
+def _load(artefact: str):
+  for folder in (FOLDER, ARCHIVE):
+    path = os.path.join(folder, f'{artefact}.json')
+    if os.path.exists(path):
+      with open(path) as f:
+        return json.load(f)
+  raise AssertionError(f'no artefact {artefact}.json in docs/paper-cpu or docs/archive')
 
 
-def test_results_prose_quotes_only_figures_of_the_artefacts_it_names():
-  # Every such figure in that prose (accuracies, differences, intervals, r, speedups) is printed,
-  # in the same form, in an artefact its paragraph names (docs/paper-cpu/<name>.md): rerendered
-  # artefacts whose numbers moved fail here until the prose is rewritten from them.
-  paragraphs = _results_paragraphs()
-  quoted = 0
-  for paragraph, names in paragraphs:
-    figures = set(FIGURE.findall(paragraph))
-    if not figures:
+def cell(data, path: str):
+  """The value at `path` in `data` (see CELLS); KeyError when there is none."""
+  rest = path
+  while rest:
+    if rest.startswith('['):
+      inside, rest = rest[1:].split(']', 1)
+      if inside.isdigit():
+        data = data[int(inside)]
+      else:
+        want = dict(pair.split('=', 1) for pair in inside.split(','))
+        found = [x for x in data if all(str(x.get(k)) == v for k, v in want.items())]
+        if len(found) != 1:
+          raise KeyError(f'{len(found)} items match [{inside}]')
+        data = found[0]
+    else:  # The longest key that starts the rest (a key may hold a '.': '5.5mbit/8kb/8000').
+      rest = rest.removeprefix('.')
+      keys = [k for k in data if rest.startswith(k) and rest[len(k) : len(k) + 1] in ('', '.', '[')]
+      if not keys:
+        raise KeyError(rest)
+      key = max(keys, key=len)
+      data, rest = data[key], rest[len(key) :]
+  return data
+
+
+def written(value, figure: str) -> bool:
+  """Whether `figure` (as the prose writes it) is `value`: the same digits after rounding, its
+  sign where it writes one, a fraction written as a percentage."""
+  number = figure.rstrip('x%')
+  decimals = len(number.split('.')[1]) if '.' in number else 0
+  sign = '+' if number[0] in '+-' else ''
+  values = [value, 100 * value] if figure.endswith('%') else [value]
+  # An unsigned figure may write a loss by its size ("loses 18.0 points").
+  forms = {f'{v:{sign}.{decimals}f}' for v in values} | {f'{abs(v):.{decimals}f}' for v in values}
+  return number in forms
+
+
+def check_block(block: str) -> list[str]:
+  """The problems of one block of prose: a figure without its cell, a cell that does not hold the
+  figure; [] when every figure is its cell's."""
+  comments = CELLS.findall(block)
+  figures = FIGURE.findall(CELLS.sub('', block))
+  if not figures and not comments:
+    return []
+  if len(comments) != 1:
+    return [f'{len(comments)} cells comments for the figures {figures}: {block[:70]!r}']
+  entries = comments[0].split()
+  if len(entries) != len(figures):
+    return [f'{len(figures)} figures {figures} but {len(entries)} cells: {block[:70]!r}']
+  problems = []
+  for figure, entry in zip(figures, entries):
+    if entry == 'PREREGISTRATION.md':
+      if figure not in _read(os.path.join(readme.FOLDER, entry)):
+        problems.append(f'{figure} is not in {entry}')
       continue
-    assert names, f'a paragraph quotes {sorted(figures)} but names no artefact: {paragraph[:80]}'
-    printed = set().union(*(_printed(name) for name in names))
-    missing = sorted(figures - printed)
-    assert not missing, f'{missing} are in none of {sorted(names)}: {paragraph[:80]}'
-    quoted += len(figures)
-  assert quoted >= 20  # The sections are found, and they do quote results.
+    artefact, path = entry.split(':', 1)
+    try:
+      value = cell(_load(artefact), path)
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+      problems.append(f'{figure}: {entry} is no cell ({e})')
+      continue
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not written(value, figure):
+      problems.append(f'{figure} is not {entry} = {value!r}')
+  return problems
+
+
+def test_every_figure_of_the_results_prose_is_its_cells():
+  # Each figure of that prose (accuracies, differences, intervals, r, speedups, shares) names the
+  # field it reads, so that a number taken from another cell or another artefact fails here, as
+  # does a rerendered artefact whose numbers moved, until the prose is rewritten from it.
+  problems, quoted = [], 0
+  for path, block in _prose_blocks():
+    problems += [f'{path}: {p}' for p in check_block(block)]
+    quoted += len(FIGURE.findall(CELLS.sub('', block)))
+  assert not problems, '\n'.join(problems)
+  assert quoted >= 200  # The sections are found, and they do quote results.
+
+
+def test_a_figure_from_another_cell_fails():
+  # README once said Local-SGD loses -0.60 and -0.66 on Table 1's hard columns: those are the
+  # 5-seed drift runs' (long_schedule.json); Table 1's 10 seeds give -0.51.
+  table1 = 'table1:checks[algo=local_sgd,task=c100_r18].difference'
+  drift = 'long_schedule:drift.c100_r18.local_sgd.difference'
+  assert check_block(f'Local-SGD loses -0.51. <!-- cells: {table1} -->') == []
+  assert check_block(f'Local-SGD loses -0.60. <!-- cells: {drift} -->') == []
+  assert check_block(f'Local-SGD loses -0.60. <!-- cells: {table1} -->') == [
+    f'-0.60 is not {table1} = {cell(_load("table1"), table1.split(":")[1])!r}'
+  ]
+  assert 'figures' in check_block('Local-SGD loses -0.60 and -0.66.')[0]
+  assert 'is no cell' in check_block('-0.60 <!-- cells: table1:checks[algo=nobody].x -->')[0]
