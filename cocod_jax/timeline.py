@@ -104,6 +104,7 @@ class Timeline:
     self.enabled = enabled
     self.rank = rank
     self.sample_every = sample_every
+    self.fragments = 1  # Streamed CoCoD-SGD's P (set by the algorithm): collectives a round.
     self.origin = time.perf_counter()
     self.spans = []  # (name, cat, start, end, thread, args)
     self.epoch = 0
@@ -251,13 +252,15 @@ class Timeline:
 
     # Every collective in order (the ranks' i-th spans are one collective: `combine`), and the
     # positions of those that overlapped a compilation, left out of the means.
-    every = [(e - b, bool(a.get('compiled'))) for _, c, b, e, _, a in in_epochs if c == 'allreduce']
-    comm = [d for d, compiled in every if not compiled]
+    every = [(e - b, bool(a.get('compiled')), bool(a.get('fragment')))
+             for _, c, b, e, _, a in in_epochs if c == 'allreduce']  # fmt: skip
+    comm = [d for d, compiled, _ in every if not compiled]
     local = [e - b for _, c, b, e, _, _ in chosen if c == 'local']
     rounds = [e - b for _, c, b, e, _, a in sampled if c == 'round' and a.get('full', False)]
     timed_steps = sum(n for epoch, n in self.sampled_steps.items() if epoch >= from_epoch)
     timed_steps -= sum(n for epoch, n in self.compiled_steps.items() if epoch >= from_epoch)
-    tp = total(sampled, 'step') / timed_steps if timed_steps else float('nan')
+    tp = total(sampled, 'step') / timed_steps if timed_steps else None  # (None: no round of
+    # the measured epochs was sampled; `describe` says so)
     tc = float(np.mean(comm)) if comm else 0.0
     local_s = total(sampled, 'local')
     comm_s = total(sampled, 'allreduce') + local_s
@@ -269,7 +272,7 @@ class Timeline:
       'Tp_s': tp,
       'Tc_s': tc,
       'Tl_s': float(np.mean(local)) if local else 0.0,
-      'r': tc / tp if tp > 0 else float('nan'),
+      'r': tc / tp if tp else None,
       'step_time_s': train_time_s / steps if steps else float('nan'),
       'round_time_s': float(np.mean(rounds)) if rounds else None,
       'merge_s': total(sampled, 'merge'),
@@ -280,8 +283,13 @@ class Timeline:
       'hidden_fraction': max(0.0, 1.0 - exposed / comm_s) if comm_s > 0 else None,
       'collectives': len(every),
       'local_means': len(local),
-      'allreduce_s': [d for d, _ in every],  # Each collective's span, in order (`combine` takes
-      'allreduce_compiled': [i for i, (_, c) in enumerate(every) if c],  # these two out).
+      'allreduce_s': [d for d, _, _ in every],  # Each collective's span, in order (`combine`
+      'allreduce_compiled': [i for i, (_, c, _) in enumerate(every) if c],  # takes these out).
+      # Streamed CoCoD-SGD: P, and which collectives were one fragment (not the whole model).
+      'fragments': self.fragments,
+      'allreduce_fragment': [i for i, (_, _, f) in enumerate(every) if f],
+      'rounds': self._rounds,
+      'sample_every': self.sample_every,
     }
 
 
@@ -307,6 +315,7 @@ def combine(per_rank):
   (`collective_time`), and the hidden fraction of all their communication."""
   spans = [p.pop('allreduce_s', None) for p in per_rank]
   skip = set().union(*(p.pop('allreduce_compiled', []) for p in per_rank))
+  fragment = set().union(*(p.pop('allreduce_fragment', []) for p in per_rank))
   out = {'ranks': per_rank}
   keys = ('Tp_s', 'Tc_s', 'Tl_s', 'step_time_s', 'round_time_s', 'exposed_comm_s', 'drain_s',
           'comm_s', 'local_s')  # fmt: skip
@@ -318,11 +327,21 @@ def combine(per_rank):
     tc = collective_time(spans, skip)
     out['Tc_s'] = out['Tc_s'] if tc is None else tc
   out['r'] = out['Tc_s'] / out['Tp_s'] if out['Tp_s'] else None
+  fragments = per_rank[0].get('fragments', 1)
+  if fragments > 1:  # Streamed: Tc of one fragment, of the P of a round, and r of the round's.
+    whole = set(range(len(spans[0]))) - fragment if spans[0] is not None else set()
+    tc = collective_time(spans, skip | whole) if all(s is not None for s in spans) else None
+    out['fragments'] = fragments
+    out['Tc_fragment_s'] = tc
+    out['Tc_round_s'] = None if tc is None else fragments * tc
+    out['r_fragment'] = tc / out['Tp_s'] if tc is not None and out['Tp_s'] else None
+    out['r'] = out['Tc_round_s'] / out['Tp_s'] if tc is not None and out['Tp_s'] else None
   comm_s = sum(p['comm_s'] for p in per_rank)
   exposed = sum(p['exposed_comm_s'] for p in per_rank)
   out['hidden_fraction'] = max(0.0, 1.0 - exposed / comm_s) if comm_s > 0 else None
-  for k in ('from_epoch', 'steps', 'sampled_steps'):
-    out[k] = per_rank[0][k]
+  for k in ('from_epoch', 'steps', 'sampled_steps', 'rounds', 'sample_every'):
+    if k in per_rank[0]:
+      out[k] = per_rank[0][k]
   return out
 
 
@@ -330,12 +349,31 @@ def describe(tm) -> str:
   """The one line that a run prints about its timing (`combine`'s figures)."""
   hidden = tm['hidden_fraction']
   local = tm.get('Tl_s')
-  return (
+  head = (
     f'timing ({tm["steps"]} steps from epoch {tm["from_epoch"]}, mean of {len(tm["ranks"])} '
-    f'ranks): Tp {tm["Tp_s"] * 1e3:.1f} ms, '
+    'ranks): '
+  )
+  if tm['Tp_s'] is None:  # No sampled round in the measured epochs: say why, print no NaN.
+    every = tm.get('sample_every')
+    which = 'no round is timed' if not every else f'every {every}th round of the run is timed'
+    return head + (
+      f'Tp and r not measured: no round from epoch {tm["from_epoch"]} on was timed ({which}, '
+      f'and it had {tm.get("rounds", "?")}; --config.timeline.sample_every=1 times every one), '
+      f'{tm["step_time_s"] * 1e3:.1f} ms per step'
+    )
+  if tm.get('fragments', 1) > 1 and tm.get('Tc_fragment_s') is not None:
+    comm = (
+      f'Tc {tm["Tc_fragment_s"] * 1e3:.1f} ms a fragment, {tm["Tc_round_s"] * 1e3:.1f} ms the '
+      f"{tm['fragments']} of a round (r = {tm['r']:.2f}, a fragment's {tm['r_fragment']:.2f}), "
+    )
+  else:
+    comm = f'Tc {tm["Tc_s"] * 1e3:.1f} ms (r = {tm["r"]:.2f}), '
+  return (
+    head
+    + f'Tp {tm["Tp_s"] * 1e3:.1f} ms, '
     + ('' if local is None else f'local mean {local * 1e3:.1f} ms, ')
-    + f'Tc {tm["Tc_s"] * 1e3:.1f} ms (r = {tm["r"]:.2f}), '
-    f'{tm["step_time_s"] * 1e3:.1f} ms per step, communication hidden '
+    + comm
+    + f'{tm["step_time_s"] * 1e3:.1f} ms per step, communication hidden '
     + ('n/a' if hidden is None else f'{hidden:.0%}')
   )
 

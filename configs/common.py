@@ -37,6 +37,10 @@ def base_config() -> ml_collections.ConfigDict:
   # measured at the start of an MPI run as for period='auto'. Typed `object`: None, an integer
   # or 'auto'. With period='auto', a tau larger than the measured k acts as k.
   c.algorithm.delay = config_dict.FieldReference(None, field_type=object)
+  # Streamed CoCoD-SGD: the synced part cut into P contiguous fragments, one fragment's snapshot
+  # allreduce a step, each corrected `delay` steps after its snapshot (tau; default 1 with P > 1);
+  # 1: the paper's whole-model allreduce (cocod_jax/algorithms/streamed.py).
+  c.algorithm.fragments = 1
   c.backend = 'one_host'  # All workers in one process; 'mpi': R ranks of N / R (mpirun/srun).
   c.one_host = ml_collections.ConfigDict()  # The one-host cluster (backend='one_host' only).
   c.one_host.devices = 0  # Devices the workers are sharded over; 0: the most that divide N.

@@ -30,6 +30,15 @@ What the options transcribe (docs/algorithms.md, "Notation", and the config fiel
   (the pulled x, eta the learning rate of the round's last step), the next round sending z - eta v.
 - `delay` (tau): a round of L steps takes its snapshot (the synced values as they stand) before
   its step L - min(tau, L) instead of its first; `cocod` only.
+- `fragments` (P > 1, streamed CoCoD-SGD, `cocod` only; tau = `delay`, 1 when None): the synced
+  values flattened in order (w row-major, b, then the statistics, then the momentum: the order in
+  which the library's tree sorts them is checked by the tests, not assumed here; `order` gives
+  it) into N elements, element g in fragment floor(g P / N). A round of L >= P steps: fragment f
+  ends at step e_f = floor((f + 1) L / P) - 1 of the round, its snapshot is taken before step
+  max(0, e_f - tau + 1), and after step e_f every worker's elements of it get x + (a - s), a the
+  weighted average of its snapshots; a round of L < P steps: the whole model as one fragment,
+  snapshot before step L - min(tau, L), corrected after step L - 1. At a step boundary the
+  corrections due come first, then the snapshots.
 The final model is the weighted average of every worker's parameters and statistics; with
 `eager`, of the synced values C + (A - C - E) / lambda + (mean x - A), with A the average of the
 snapshots of the round in flight (at a round's end: mean x). A round that training ends in the
@@ -68,13 +77,15 @@ def wavg(trees, weights):
 def run(algorithm, shards, num_classes, steps, lr, mu, wd, period, batch_sizes, speeds=None,
         warmup_steps=0, bn=False, average_batch_stats=True, average_momentum=False,
         correction='cocod', alpha=0.0, outer=(0.7, 0.9, True), eager=(1.0, 0.0),
-        anchor=(0.6, 0.7), delay=None, workers_out=None):  # fmt: skip
+        anchor=(0.6, 0.7), delay=None, workers_out=None, fragments=1, order=None):  # fmt: skip
   """Returns the final averaged [w, b] (and [mean, var] with `bn`) after `steps` global
   iterations of `algorithm`.
 
   `lr` is a number or a function of the global step; `speeds` (C_i) matter to AsynLocal-SGD;
   the other options are described in the module docstring. `workers_out`, a list, receives each
   worker's [w, b, momentum of w, momentum of b] (and [mean, var]) before the final average.
+  `order`: with `fragments`, the positions in `synced(i)` of the arrays in the order they are
+  flattened (default: as `synced` lists them).
   """
   n = len(shards)
   lr_at = lr if callable(lr) else (lambda t: lr)
@@ -161,6 +172,23 @@ def run(algorithm, shards, num_classes, steps, lr, mu, wd, period, batch_sizes, 
     new = [g + (xj - sj) for g, xj, sj in zip(shared, xi, si)]
     return new, new, new, (shared, mom)
 
+  def flat(i):
+    """Worker i's synced values as one vector, in the flattening order."""
+    values = synced(i)
+    return np.concatenate([values[j].reshape(-1) for j in (order or range(len(values)))])
+
+  def set_flat(i, vector):
+    values = [v.copy() for v in synced(i)]
+    at = 0
+    for j in order or range(len(values)):
+      size = values[j].size
+      values[j] = vector[at : at + size].reshape(values[j].shape)
+      at += size
+    set_synced(i, values)
+
+  stream = []  # Streamed CoCoD-SGD: [(end step, element slice, snapshots)] in flight, in order.
+  stream_plan = {}  # step -> [(end step, element slice)] whose snapshots are taken before it.
+
   pending = None
   snapshot = None
   sent = origin = outers = None  # CoCoD-SGD: what each worker sends next, its round's origin.
@@ -192,6 +220,32 @@ def run(algorithm, shards, num_classes, steps, lr, mu, wd, period, batch_sizes, 
         avg = wavg([synced(i) for i in range(n)], weights)
         for i in range(n):
           set_synced(i, [a.copy() for a in avg])
+    elif algorithm == 'cocod_sgd' and fragments > 1:
+      tau = 1 if delay is None else delay
+      if round_start(t):
+        length = 1 if t < warmup_steps else period
+        total = len(flat(0))
+        if length < fragments:
+          items = [(t + length - min(tau, length), t + length - 1, slice(0, total))]
+        else:
+          items = []
+          for f in range(fragments):
+            e = (f + 1) * length // fragments - 1
+            lo, hi = -(-f * total // fragments), -(-(f + 1) * total // fragments)
+            items.append((t + max(0, e - tau + 1), t + e, slice(lo, hi)))
+        for at, end, part in items:
+          stream_plan.setdefault(at, []).append((end, part))
+      for end, part in stream_plan.pop(t, []):
+        stream.append((end, part, [flat(i)[part].copy() for i in range(n)]))
+      for i in range(n):
+        local_step(i, lr)
+      while stream and stream[0][0] == t:
+        _, part, snaps = stream.pop(0)
+        a = sum(w * s_ for w, s_ in zip(weights, snaps))
+        for i in range(n):
+          vector = flat(i)
+          vector[part] = vector[part] + (a - snaps[i])
+          set_flat(i, vector)
     elif algorithm == 'cocod_sgd':
       if sent is None:  # The first round: every worker sends, and starts from, its x_0.
         sent = [[a.copy() for a in synced(i)] for i in range(n)]

@@ -10,6 +10,7 @@ from cocod_jax.algorithms import cocod_sgd
 from cocod_jax.algorithms import local_sgd
 from cocod_jax.algorithms import pipe_sgd
 from cocod_jax.algorithms import ssgd
+from cocod_jax.algorithms import streamed
 
 ALGORITHMS = {
   cls.name: cls
@@ -24,7 +25,10 @@ ALGORITHMS = {
 
 
 def get(name: str, ctx: base.Context) -> base.Algorithm:
-  """The algorithm called `name` (`algorithm.name`), set up on `ctx`."""
+  """The algorithm called `name` (`algorithm.name`), set up on `ctx`: CoCoD-SGD with
+  `algorithm.fragments` > 1 is the streamed one (`streamed.py`)."""
   if name not in ALGORITHMS:
     raise ValueError(f'algorithm.name={name!r} is unknown; allowed: {list(ALGORITHMS)}')
+  if name == cocod_sgd.CoCoDSGD.name and ctx.options.get('fragments', 1) > 1:
+    return streamed.StreamedCoCoDSGD(ctx)
   return ALGORITHMS[name](ctx)

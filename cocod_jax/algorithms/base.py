@@ -144,10 +144,16 @@ class Algorithm:
     self._record(handle, blocking=True)
     return value
 
+  def collective_args(self, handle) -> dict:
+    """What the timeline notes beside a collective's allreduce span (nothing by default)."""
+    del handle
+    return {}
+
   def _record(self, handle, blocking=False):
     span = getattr(handle, 'span', None)
     if span is not None:  # The MPI communicator times the staging and the allreduce.
-      self.tl.add('allreduce', 'allreduce', *span, thread=timeline_lib.COMM)
+      args = self.collective_args(handle)
+      self.tl.add('allreduce', 'allreduce', *span, thread=timeline_lib.COMM, **args)
     local = getattr(handle, 'local_span', None)
     if blocking and local is not None:  # Inside the `wait` span: exposed there already.
       self.tl.add('local_mean', 'local', *local, thread=timeline_lib.LOCAL, in_wait=True)

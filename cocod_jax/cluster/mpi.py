@@ -218,6 +218,10 @@ class MPICommunicator:
     job.local_span = local_span
     return job
 
+  def staged_bytes(self, tree) -> int:
+    """Bytes of the send vector of one average of `tree` (its one model and the flags)."""
+    return int(self._packer(tree).send.nbytes)
+
   def compressed_bytes(self, tree, codec) -> int:
     """Bytes this rank hands to MPI for one compressed average of `tree`."""
     return self._coder(tree, codec).payload_bytes

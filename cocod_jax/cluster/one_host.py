@@ -335,6 +335,10 @@ class OneHostCluster(StackedWorkers):
     shapes = [a.shape[1:] for a in jax.tree.leaves(tree)]
     return compression.payload_bytes(shapes, self.codec.dtype)
 
+  def staged_bytes(self, tree) -> int:
+    """Bytes of one worker's copy of `tree` ([N, ...] leaves): what a sender would send."""
+    return int(sum(a.nbytes // a.shape[0] for a in jax.tree.leaves(tree)))
+
   def wait(self, handle: Done):
     """The average of a started collective; raises Diverged if a contribution was not finite."""
     bad = np.asarray(jax.device_get(handle.bad))

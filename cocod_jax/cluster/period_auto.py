@@ -19,6 +19,12 @@ training step, on every rank:
   own communicator, each after a barrier, after one untimed warm-up; the `allreduce` span, as the
   timeline's `Tc` (the cross-rank part, without the local mean).
 
+With `algorithm.fragments` = P > 1 (streamed CoCoD-SGD) and `delay='auto'`, `Tc` is also
+measured for one fragment (the largest, `streamed.edges`: the elements of one fragment of every
+worker, through the same communicator) and tau is the smallest with `tau Tp >= Tc` of a fragment,
+at most k: the fragment's allreduce then hides behind the tau steps between its snapshot and its
+correction.
+
 Every rank's figures are gathered: `Tp` is the largest rank's median (the slowest rank sets the
 round), `Tc` the median over the allreduces of each one's shortest span over the ranks (a rank
 that left the barrier early waits inside the allreduce for the last one: its span is not the
@@ -43,6 +49,7 @@ import statistics
 import time
 
 import jax
+import jax.numpy as jnp
 
 from cocod_jax import plan
 from cocod_jax import steps as steps_lib
@@ -120,6 +127,18 @@ def _allreduce_spans_s(cluster, tree) -> list[float]:
   return times[1:]
 
 
+def _fragment_tree(cluster, part, fragments: int):
+  """Zeros shaped like the largest of `fragments` fragments of `part` on every worker here: what
+  one streamed collective averages (its time depends on the size alone)."""
+  from cocod_jax.algorithms import streamed  # pylint: disable=g-import-not-at-top
+
+  leaves = jax.tree.leaves(part)
+  n = sum(math.prod(a.shape[1:]) for a in leaves)
+  bounds = streamed.edges(n, fragments)
+  size = max(b - a for a, b in zip(bounds, bounds[1:]))
+  return {'fragment': jax.device_put(jnp.zeros((leaves[0].shape[0], size)), cluster.sharded)}
+
+
 def measure(cluster, config, state, data) -> dict:
   """Tp and Tc on every rank (a collective: every rank calls it); the figures of k.
 
@@ -156,7 +175,15 @@ def measure(cluster, config, state, data) -> dict:
   )
   if not is_auto(config):
     out['period'] = 'fixed'  # k is the config's; only the delay was chosen.
-  if delay_is_auto(config):
+  fragments = config.algorithm.get('fragments', 1)
+  if delay_is_auto(config) and fragments > 1:  # tau from one fragment's allreduce.
+    part = steps_lib.synced_part(state, config.algorithm)
+    spans = _allreduce_spans_s(cluster, _fragment_tree(cluster, part, fragments))
+    everyone = cluster.allgather(spans)
+    tc_fragment = statistics.median(min(s[i] for s in everyone) for i in range(SAMPLES))
+    out.update(fragments=fragments, Tc_fragment_s=tc_fragment)
+    out['delay'] = choose_period(tp_all, tc_fragment, cap=k)
+  elif delay_is_auto(config):
     out['delay'] = choose_period(tp_all, tc_all, cap=k)
   return out
 
@@ -199,12 +226,18 @@ def describe(figures: dict, workdir: str) -> str:
   chosen = {}  # field -> what was chosen for it
   if figures.get('period') != 'fixed':
     chosen['period'] = f'k = {figures["k"]}{capped} (k Tp >= Tc, at most {figures["cap"]})'
-  if 'delay' in figures:
+  fragment = ''
+  if 'Tc_fragment_s' in figures:
+    fragment = (
+      f', Tc of one of {figures["fragments"]} fragments {figures["Tc_fragment_s"] * 1e3:.2f} ms'
+    )
+    chosen['delay'] = f'tau = {figures["delay"]} (tau Tp >= Tc of a fragment, at most k)'
+  elif 'delay' in figures:
     chosen['delay'] = f'tau = {figures["delay"]} (tau Tp >= Tc, at most k)'
   fields = ' and '.join(f'algorithm.{f}=auto' for f in chosen)
   return (
     f'{fields}: Tp {figures["Tp_s"] * 1e3:.2f} ms, Tc {figures["Tc_s"] * 1e3:.2f} '
-    f'ms (r = {r:.2f}; {how}) -> ' + ', '.join(chosen.values())
+    f'ms (r = {r:.2f}{fragment}; {how}) -> ' + ', '.join(chosen.values())
   )
 
 

@@ -175,6 +175,10 @@ class RanksCluster(one_host.StackedWorkers):
     """Bytes this rank hands to MPI for one compressed snapshot average."""
     return self.comm.compressed_bytes(tree, self.codec)
 
+  def staged_bytes(self, tree) -> int:
+    """Bytes this rank hands to MPI for one average of `tree`: the staged send vector."""
+    return self.comm.staged_bytes(tree)
+
   def any(self, *flags: bool) -> tuple[bool, ...]:
     """For each flag, whether any rank raised it (one control-traffic allreduce: every rank
     must call it)."""

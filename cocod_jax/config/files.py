@@ -119,7 +119,7 @@ def as_json(value):
 
 # Fields added after runs were made whose default changes nothing those runs computed: left out
 # of every hash at their default, so the points made before them keep their names.
-LATER_FIELDS = {'eval_train_examples': 0}
+LATER_FIELDS = {'eval_train_examples': 0, 'algorithm.fragments': 1}
 
 # Dotted fields (leaves or whole groups) that change no number a run computes, its timings
 # included: where data is read from, how long a collective may take before the job is ended, how
@@ -158,8 +158,12 @@ def config_hash(config: dict, leave_out=(), extra: dict | None = None, digits: i
   """
   kept = as_json(config)
   for field in LATER_FIELDS:
-    if field in kept and at_later_default(field, kept[field]):
-      del kept[field]
+    *parents, leaf = field.split('.')
+    node = kept
+    for part in parents:
+      node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict) and leaf in node and at_later_default(field, node[leaf]):
+      del node[leaf]
   for path in leave_out:
     *parents, leaf = path.split('.')
     node = kept

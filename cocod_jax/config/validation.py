@@ -68,6 +68,7 @@ def _run_fields(config, v: _Checks) -> None:
   v.integer('algorithm.warmup_period_epochs', a.warmup_period_epochs, 0)
   _correction_fields(a, v)
   _delay_field(config, v)
+  _fragments_field(config, v)
   v.check(c.dtype in compression.DTYPES, 'comm.dtype', c.dtype, list(compression.DTYPES))
   v.check(isinstance(c.error_feedback, bool), 'comm.error_feedback', c.error_feedback,
           'True or False')  # fmt: skip
@@ -240,6 +241,47 @@ def _delay_field(config, v: _Checks) -> None:
       f'algorithm.delay={a.delay} is invalid with algorithm.period={a.period}; allowed: None or '
       f'an integer in [1, {a.period}]'
     )
+
+
+def _fragments_field(config, v: _Checks) -> None:
+  """P: an integer >= 1; above 1 only for CoCoD-SGD with the paper's correction, the float32
+  allreduce and a fixed period of at least P (streamed CoCoD-SGD, algorithms/streamed.py)."""
+  a, c = config.algorithm, config.comm
+  p = a.fragments
+  if not (_is_int(p) and p >= 1):
+    v.check(False, 'algorithm.fragments', p, 'an integer >= 1 (1: the whole model at once)')
+    return
+  if p == 1:
+    return
+  why = None
+  if a.name != 'cocod_sgd':
+    why = (
+      f'with algorithm.name={a.name!r}: only CoCoD-SGD streams its snapshot allreduce in '
+      "fragments; allowed: 1, or algorithm.name='cocod_sgd'"
+    )
+  elif a.correction != 'cocod':
+    why = (
+      f"with algorithm.correction={a.correction!r}: a fragment is corrected by the paper's "
+      "x <- x + (a - s) alone; allowed: 1, or algorithm.correction='cocod'"
+    )
+  elif c.dtype != 'float32' or c.error_feedback is True:
+    why = (
+      f'with comm.dtype={c.dtype!r} and comm.error_feedback={c.error_feedback!r}: the compressed '
+      "allreduce is defined for the whole model only; allowed: 1, or comm.dtype='float32' and "
+      'comm.error_feedback=False'
+    )
+  elif a.period == period_auto.AUTO:
+    why = (
+      f"with algorithm.period='{period_auto.AUTO}': a round of k < P steps could not stream P "
+      'fragments; allowed: 1, or an integer algorithm.period >= the fragments'
+    )
+  elif _is_int(a.period) and p > a.period:
+    why = (
+      f'with algorithm.period={a.period}: a round of k steps ends at most k fragments; '
+      f'allowed: an integer in [1, {a.period}]'
+    )
+  if why:
+    v.out.append(f'algorithm.fragments={p!r} is invalid {why}')
 
 
 def _cluster_fields(config, v: _Checks) -> None:
