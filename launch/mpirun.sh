@@ -59,7 +59,40 @@ if [ -z "$hostfile" ] && [ "$per_node" = 0 ] && [ "$np" -gt "$(nproc)" ]; then
 fi
 # shellcheck disable=SC2086  # MPIRUN_ARGS is a list of options.
 cmd=("$mpirun" "${flags[@]}" ${MPIRUN_ARGS:-} -np "$np" "$@")
-if [ ! -t 0 ]; then exec "${cmd[@]}"; fi
+# The job's stderr goes through `refusals`: an `error:` line that several ranks print (the same
+# refusal on each, `rank r: ` aside) is printed once, and Open MPI's multi-line box about a
+# process that "exited with non-zero status" is left out when that process exited 2 (a usage
+# error, config/errors.py) having printed its `error:` lines: a refusal of the command line, not
+# a failure. (The ranks refuse alike, but mpirun ends the others as soon as the first exits, so
+# a rank may be gone before it prints: the box goes whenever the first rank to end was refused.)
+# Any other box, and every other line, passes as it comes. The filter ignores the signals a job
+# gets (Ctrl-C, SIGTERM of the process group), so that the ranks' last lines still get out.
+refusals() {
+  trap '' INT TERM HUP USR1 USR2
+  exec awk '
+    function flush_box() { if (box != "") { printf "%s", box; fflush() } box = "" }
+    /^--------------------------------------------------------------------------$/ {
+      box = box $0 "\n"
+      if (inbox) { inbox = 0; if (box ~ /exited with non-zero status/) held = held box;
+                   else flush_box(); box = "" }
+      else inbox = 1
+      next
+    }
+    inbox { box = box $0 "\n"; next }
+    /^error: / {
+      key = $0
+      if (match(key, /^error: rank [0-9]+: /)) key = "error: " substr(key, RLENGTH + 1)
+      if (!(key in seen)) { print; fflush(); refused = 1 }
+      seen[key] = 1
+      next
+    }
+    { print; fflush() }
+    END {
+      printf "%s", box
+      if (held != "" && !(refused && held ~ /Exit code: *2\n/)) printf "%s", held
+    }' >&2
+}
+if [ ! -t 0 ]; then exec "${cmd[@]}" 2> >(refusals); fi
 # At a terminal, Ctrl-C: mpirun itself answers SIGINT with SIGTERM to the ranks and SIGKILL
 # 0.25 s later (measured with Open MPI 5.0.11), too soon for a checkpoint, and prints nothing.
 # So mpirun runs in a process group of its own (`set -m`), which the terminal's Ctrl-C does not
@@ -67,10 +100,13 @@ if [ ! -t 0 ]; then exec "${cmd[@]}"; fi
 # first Ctrl-C is passed on as SIGUSR2, which mpirun forwards to every rank: each finishes its
 # round, the ranks write a checkpoint together, print where and exit 75. A second Ctrl-C, a
 # SIGTERM or a hangup ends the job at once, as plain mpirun would.
+exec 3> >(refusals)  # (Waited for at the end: its last lines come before the prompt.)
+filter=$!
 set -m
-"${cmd[@]}" </dev/null &
+"${cmd[@]}" </dev/null 2>&3 &
 job=$!
 set +m
+exec 3>&-
 interrupts=0
 on_interrupt() {
   interrupts=$((interrupts + 1))
@@ -90,4 +126,5 @@ while :; do
   wait "$job" || status=$?
   kill -0 "$job" 2>/dev/null || break  # wait returns early when a trapped signal arrives.
 done
+wait "$filter" 2>/dev/null || true
 exit "$status"

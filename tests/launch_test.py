@@ -146,3 +146,63 @@ def test_readme_one_node_slurm_command_is_the_tested_one():
   for path in ('docs/launching.md', 'launch/slurm_example.sbatch'):
     text = open(os.path.join(ROOT, path)).read()
     assert f'sbatch {flags} \\' in text, path
+
+
+# A script every rank runs: `refuse` prints the same `error:` line and exits 2 (a usage error);
+# `crash` exits 1 (a failure); `exit2` exits 2 without an `error:` line (not a refusal).
+_RANK_SCRIPT = """
+import os, sys
+rank = int(os.environ.get('OMPI_COMM_WORLD_RANK', '0'))
+mode = sys.argv[1]
+if mode == 'crash':
+  print(f'rank {rank} crashed', file=sys.stderr)
+  sys.exit(1)
+if mode == 'refuse':
+  print(f'error: rank {rank}: x=1 is invalid; allowed: 2', file=sys.stderr)
+sys.exit(2)
+"""
+
+
+@pytest.mark.mpi
+def test_mpirun_usage_error_on_every_rank_is_one_line_without_the_box(tmp_path):
+  # Issue 42 item 12: a config value every rank refuses (exit 2 on each): the one error line once,
+  # and not Open MPI's box about a process that exited with non-zero status.
+  from tests import mpi_helpers
+
+  wd = tmp_path / 'run'
+  p = mpi_helpers.mpirun('-np', '2', sys.executable, '-m', 'cocod_jax.main',
+                         '--config=configs/test.py', '--config.backend=mpi',
+                         '--config.algorithm.delay=0', f'--workdir={wd}', silent_s=120)  # fmt: skip
+  assert p.returncode == 2, p.stderr[-3000:]
+  assert p.stderr.splitlines() == [
+    'error: algorithm.delay=0 is invalid; allowed: None (the whole round), an integer >= 1, or '
+    "'auto'"
+  ], p.stderr
+  assert not wd.exists()
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize('mode', ['crash', 'exit2'])
+def test_mpirun_keeps_the_box_for_a_real_failure(tmp_path, mode):
+  # A rank that fails (exit 1), or exits 2 without saying why: the box stays.
+  from tests import mpi_helpers
+
+  script = tmp_path / 'rank.py'
+  script.write_text(_RANK_SCRIPT)
+  p = mpi_helpers.mpirun('-np', '2', sys.executable, str(script), mode, silent_s=120)
+  assert p.returncode == (1 if mode == 'crash' else 2), p.stderr[-3000:]
+  assert 'exited with non-zero status' in p.stderr, p.stderr
+  assert f'Exit code:    {p.returncode}' in p.stderr, p.stderr
+
+
+@pytest.mark.mpi
+def test_mpirun_refusal_with_rank_prefixes_is_one_line(tmp_path):
+  # `error: rank r: ...` from each rank: the first rank's line alone, no box.
+  from tests import mpi_helpers
+
+  script = tmp_path / 'rank.py'
+  script.write_text(_RANK_SCRIPT)
+  p = mpi_helpers.mpirun('-np', '2', sys.executable, str(script), 'refuse', silent_s=120)
+  lines = p.stderr.splitlines()
+  assert p.returncode == 2 and len(lines) == 1, p.stderr
+  assert lines[0].startswith('error: rank ') and lines[0].endswith(': x=1 is invalid; allowed: 2')

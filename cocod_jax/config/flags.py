@@ -20,6 +20,8 @@ reads). `parse` refuses one given on the command line to an entry point that doe
 and --helpshort lists only those that apply.
 """
 
+import re
+
 from absl import flags
 from ml_collections import config_flags
 
@@ -79,7 +81,9 @@ def define_experiment_flags(replot: bool = False) -> None:
   (an entry point that can draw its figures from its json alone) --replot too."""
   _define_runner_flags('runs/paper', 'Where the points and the artefacts go.')
   flags.DEFINE_enum('scale', 'cpu', list(SCALES), 'configs/scales.py.')
-  flags.DEFINE_integer('seeds', 0, 'Seeds per cell; 0: the registered ones (configs/scales.py).')
+  flags.DEFINE_integer(
+    'seeds', 0, 'Seeds per cell; 0: the registered ones (configs/scales.py).', lower_bound=0
+  )
   flags.DEFINE_string('data_dir', '', 'TFDS data dir for CIFAR (paper scale).')
   flags.DEFINE_string(
     'task', 'c100_r18', 'The ablation and the corrections experiment: the Table 1 column.'
@@ -190,6 +194,43 @@ def list_in_help(name: str = '') -> None:
 
 _HELP = ('-h', '-?', '--help', '--helpshort', '--helpfull', '--helpxml')
 
+# absl's reasons for a refused flag value -> what is allowed, said as every other refusal says it.
+_ALLOWED = (
+  ('is not a non-negative integer', lambda m: 'an integer >= 0'),
+  ('is not a positive integer', lambda m: 'an integer >= 1'),
+  ('value should be one of <(.*)>', lambda m: ', '.join(m.group(1).split('|'))),
+  (r'invalid literal for int\(\)', lambda m: 'an integer'),
+  ('could not convert string to float', lambda m: 'a number'),
+  ('Non-boolean argument', lambda m: 'true or false'),
+)
+
+
+def flag_problem(error, name: str = '') -> str:
+  """absl's refusal of a command line, with each flag named as it is typed: `--seeds=-1 is
+  invalid; allowed: an integer >= 0`, `--sedes is not a flag of table1; did you mean --seeds?`
+  (absl says `flag --seeds=-1: -1 is not a non-negative integer`, `Unknown command line flag
+  'sedes'`). `name`: the entry point, said where no flag is named; other errors as absl says them.
+  """
+  text = ' '.join(str(error).split())
+  where = f' of {name}' if name else ''
+  value = re.fullmatch(r'flags? (--[^=\s]+=.*?): (.*)', text)
+  if value:
+    given, why = value.groups()
+    for pattern, allowed in _ALLOWED:
+      found = re.search(pattern, why)
+      if found:
+        return f'{given} is invalid; allowed: {allowed(found)}'
+    return f'{given} is invalid: {why}'
+  unknown = re.fullmatch(r"Unknown command line flag '([^']*)'(?:\. Did you mean: (.*) \?)?", text)
+  if unknown:
+    flag, near = unknown.groups()
+    hint = ' or '.join(f'--{n.strip()}' for n in near.split(',')) if near else ''
+    return f'--{flag} is not a flag{where}' + (f'; did you mean {hint}?' if hint else '')
+  missing = re.fullmatch(r'Missing value for flag (--\S+)', text)
+  if missing:
+    return f'{missing.group(1)} is given without a value; allowed: {missing.group(1)}=VALUE'
+  return f'{name}: {text}' if name else text
+
 
 def read(argv):
   """FLAGS(argv), where a help flag, having printed the help, exits 0 (absl exits 1)."""
@@ -219,7 +260,7 @@ def parse(argv, name: str, config_overrides: bool = False):
   try:
     rest = read(argv)
   except flags.Error as e:
-    errors.fail(errors.UsageError(f'{name}: {" ".join(str(e).split())}'), errors.EXIT_USAGE)
+    errors.fail(errors.UsageError(flag_problem(e, name)), errors.EXIT_USAGE)
   for flag in not_applying(name):
     if flag in FLAGS and FLAGS[flag].present:
       errors.fail(errors.UsageError(_refusal(flag, name)), errors.EXIT_USAGE)
@@ -248,7 +289,8 @@ def _override_error(error, argv):
           files.set_field(config, path, text, from_text=True)
     except errors.UsageError as e:
       return e
-  return str(error).splitlines()[0].removeprefix('flag ').strip()
+  text = str(error).splitlines()[0]
+  return flag_problem(text, 'main') if isinstance(error, flags.Error) else text.strip()
 
 
 def parse_main(argv):
