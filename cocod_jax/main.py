@@ -85,6 +85,12 @@ def main(argv):
   if len(argv) > 1:
     _fail(f'unexpected arguments {argv[1:]}; overrides look like --config.batch_size=64')
   config = FLAGS.config
+  if FLAGS.show_config:  # Every field, its value and its meaning; nothing checked or written.
+    from cocod_jax.config import describe  # pylint: disable=g-import-not-at-top
+
+    spec = next((a.split('=', 1)[1] for a in sys.argv if a.startswith('--config=')), None)
+    print(describe.show(config, spec or FLAGS['config'].config_filename), end='', flush=True)
+    sys.exit(0)
   logging.set_verbosity(logging.WARNING)
   _checked(config)
   rank, broadcast = 0, lambda obj: obj

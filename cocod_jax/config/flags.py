@@ -34,11 +34,25 @@ SCALES = ('paper', 'cpu', 'smoke')
 
 
 def define_main_flags() -> None:
-  """--config (a config file, locked: an override cannot add a field), --workdir, --verbose."""
+  """--config (a config file, locked: an override cannot add a field), --workdir (not with
+  --show_config), --verbose, --show_config."""
   flags.DEFINE_string('workdir', None, 'Directory for results.json, final_params.npz, summaries.')
-  config_flags.DEFINE_config_file('config', None, 'Training configuration file.', lock_config=True)
+  config_flags.DEFINE_config_file(
+    'config', None, 'Training configuration file FILE[:ARG].', lock_config=True
+  )
   flags.DEFINE_bool('verbose', False, 'Also print the Python traceback of a refused input.')
-  flags.mark_flags_as_required(['config', 'workdir'])
+  flags.DEFINE_bool(
+    'show_config',
+    False,
+    'Print every field of --config (its overrides applied), its value and what it means; run '
+    'nothing, write nothing.',
+  )
+  flags.mark_flags_as_required(['config'])
+  flags.register_multi_flags_validator(
+    ['workdir', 'show_config'],
+    lambda given: given['workdir'] is not None or given['show_config'],
+    message='--workdir is required (where the run writes), unless --show_config',
+  )
 
 
 def _define_runner_flags(workdir_default: str | None, workdir_help: str) -> None:
@@ -290,6 +304,8 @@ def _override_error(error, argv):
     except errors.UsageError as e:
       return e
   text = str(error).splitlines()[0]
+  if text.startswith('flags '):  # A validator of several flags: its message names them itself.
+    return text.split(': ', 1)[-1].strip()
   return flag_problem(text, 'main') if isinstance(error, flags.Error) else text.strip()
 
 
