@@ -60,6 +60,10 @@ OPTIONS = {
             {'correction': 'eager', 'eager': (0.25, 1.0)}),
   'anchor': ({'correction': 'anchor', 'anchor_pull': 0.6, 'anchor_momentum': 0.7},
              {'correction': 'anchor', 'anchor': (0.6, 0.7)}),
+  # Streamed CoCoD-SGD: P = 2 in rounds of 3 (P does not divide k), and P = 3 with tau = 2 (two
+  # fragments in flight at once). The linear model's part flattens as (bias, kernel).
+  'streamed': ({'fragments': 2}, {'fragments': 2, 'order': [1, 0]}),
+  'streamed_tau2': ({'fragments': 3, 'delay': 2}, {'fragments': 3, 'delay': 2, 'order': [1, 0]}),
 }  # fmt: skip
 OPTION_WIDTHS = (1, 2, 4)  # 2 x 4: two devices per rank, two workers each
 # CoCoD-SGD with a compressed snapshot allreduce (comm.dtype, error feedback, workers per rank).
@@ -133,6 +137,10 @@ def launch(tmp_path_factory):
   resumed.comm.dtype, resumed.comm.error_feedback, resumed.mpi.workers_per_rank = 'int8', True, 2
   resumed.num_epochs = 2
   cases['int8_resumed'] = (resumed, {'then_epochs': EPOCHS})
+  resumed, _, _ = _exact_case(root / 'streamed_resumed', 'cocod_sgd', 2)
+  resumed.algorithm.update(OPTIONS['streamed_tau2'][0])
+  resumed.num_epochs = 2
+  cases['streamed_resumed'] = (resumed, {'then_epochs': EPOCHS})
   listed = []
   for name, (c, extra) in cases.items():
     config_validation.validate(c)
@@ -230,6 +238,38 @@ def test_resume_at_two_by_two_is_exact(launch):
   assert straight.keys() == resumed.keys()
   for k in straight:
     np.testing.assert_array_equal(resumed[k], straight[k], err_msg=k)
+
+
+def test_streamed_resume_with_a_fragment_in_flight_is_exact(launch):
+  # P = 3, tau = 2 in rounds of 3 (steps 3-5): at the checkpoint at step 4 fragment 0 is
+  # corrected, fragment 1 in flight (its average drained into the checkpoint), fragment 2 not
+  # yet sent.
+  workdir = launch['streamed_resumed'][1]['workdir']
+  case = json.loads(open(os.path.join(workdir, 'case.json')).read())
+  assert case['resumed'] == [None, 4]
+  with open(os.path.join(workdir, 'checkpoints', f'{4:010d}', 'rank_1.json')) as f:
+    part = json.load(f)
+  assert part['algo']['round_start'] == 3 and part['algo']['queued'] == [1]
+  assert part['algo']['started'] == 2
+  straight, resumed = _params(launch['streamed_tau2_2x2'][1]['workdir']), _params(workdir)
+  assert straight.keys() == resumed.keys()
+  for k in straight:
+    np.testing.assert_array_equal(resumed[k], straight[k], err_msg=k)
+
+
+def test_streamed_sends_its_fragments_alone(launch):
+  # Under MPI a fragment's collective stages its elements (float32) and one divergence flag per
+  # worker of the cluster; the timing gives Tc of a fragment and of a round.
+  res = results_schema.load_results(os.path.join(launch['streamed_tau2_2x4'][1]['workdir'],
+                                                 'results.json'))  # fmt: skip
+  fig = res['snapshot_allreduce']
+  assert fig['fragments'] == 3 and fig['delay'] == 2 and fig['elements'] == 5 * 3 + 3
+  assert fig['fragment_elements'] == [6, 6, 6]
+  assert fig['bytes_per_collective'] == {str(f): 4 * (6 + 8) for f in range(3)}
+  tm = res['timing']
+  assert tm['fragments'] == 3 and tm['Tc_fragment_s'] > 0
+  assert tm['Tc_round_s'] == pytest.approx(3 * tm['Tc_fragment_s'])
+  assert tm['r'] == pytest.approx(tm['Tc_round_s'] / tm['Tp_s'])
 
 
 def test_divergence_names_the_global_worker(launch):

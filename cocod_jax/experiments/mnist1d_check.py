@@ -1,7 +1,7 @@
 """The published MNIST-1D check: our pipeline and models against the authors' figures.
 
     .venv/bin/python -m cocod_jax.experiments.mnist1d_check --workdir=runs/mnist1d_check \\
-        --out=docs/paper-cpu
+        --out=runs/mnist1d_check
 
 S-SGD with one worker on the default 4000/1000 split with the authors' recipe
 (configs/mnist1d_check.py: Adam 1e-2, batch 100, 6000 steps), 5 seeds per model, one run after
