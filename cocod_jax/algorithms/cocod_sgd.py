@@ -41,8 +41,10 @@ class CoCoDSGD(base.RoundAlgorithm):
     self.rates = None
     if self.options.correction == 'anchor':  # It divides by the round's last rate.
       steps_total = self.plan.num_epochs * self.plan.steps_per_epoch
-      with jax.transfer_guard('allow'):  # Once: lr_t of every step, on the host.
-        self.rates = np.asarray(jax.device_get(self.plan.lr_fn(np.arange(steps_total))))
+      with jax.transfer_guard('allow'):  # Once: lr_t of every step, on the host (a constant
+        # rate comes back as one number: one entry a step all the same).
+        rates = np.asarray(jax.device_get(self.plan.lr_fn(np.arange(steps_total))))
+        self.rates = np.broadcast_to(rates, (steps_total,))
     self.no_rate = None
 
   def snapshot_step(self) -> int:
