@@ -6,6 +6,7 @@ point.json, status.json, the summary) and run the sweep again, for real, dry and
 
 import json
 import os
+import re
 import socket
 
 import pytest
@@ -99,3 +100,14 @@ def test_dry_run_and_report_only(ran, capsys, tmp_path):
   assert {k: v for k, v in snapshot(workdir / 'points').items()} == {
     k: v for k, v in before.items() if k.startswith(str(workdir / 'points'))
   }
+
+
+def test_each_ended_run_says_how_many_are_left_and_about_how_long(ran):
+  # Issue 42 item 10: beside each ended run, the runs left and the time they will take at the
+  # pace of those so far; the last says none are left.
+  ended = [
+    line for line in ran[1].stdout.splitlines() if re.match(r'\[\d/3\] .* (done|FAILED)', line)
+  ]
+  assert len(ended) == 3, ran[1].stdout
+  assert ended[-1].endswith('; none left'), ended
+  assert re.search(r'; [12] left, about \d+ (s|min) more$', ended[0]), ended

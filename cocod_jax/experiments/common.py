@@ -9,7 +9,9 @@ atomically into `--workdir`. Accuracies are in percent; "best" is the highest te
 the averaged model over the epochs, as the paper's "final best test accuracy".
 """
 
+import contextlib
 import dataclasses
+import io
 import os
 import statistics
 from typing import Any
@@ -79,6 +81,10 @@ def run(
   None when the sweep did not run (a dry run, a Slurm submission): the runner has printed what
   it would do, and the artefact is not rendered.
   """
+  if _PLAN is not None:  # `planned`: note the sweep, run nothing (as a dry run answers).
+    _PLAN.append((f'{experiment.__file__}:{arg}', (FLAGS.link_rate if link is None else link)
+                  if timing else ''))  # fmt: skip
+    return None
   logging.set_verbosity(logging.WARNING)  # JAX's backend probing is not the user's business.
   options = dict(
     workdir=FLAGS.workdir,
@@ -105,6 +111,58 @@ def run(
     )  # fmt: skip
     for r in records
   ]
+
+
+_PLAN = None  # While `planned` runs: the sweeps `run` was asked for, (FILE:ARG, link).
+
+
+def planned(make) -> tuple[list[tuple[str, str]], bool]:
+  """The sweeps the experiment function `make` starts with, found without running or writing
+  anything: `run` notes each sweep and answers None, as to a dry run, so each artefact stops at
+  its first sweep (a later one that needs an earlier one's results, or another timing link, is
+  not seen). Returns ([(FILE:ARG, link)], whether `make` went through without an error)."""
+  global _PLAN
+  _PLAN, dry_run = [], FLAGS.dry_run
+  FLAGS.dry_run = True  # (Nothing that reads it may write or refuse a missing input.)
+  try:
+    with contextlib.redirect_stdout(io.StringIO()):
+      make()
+    whole = True
+  except (Exception, SystemExit):  # pylint: disable=broad-except
+    whole = False
+  finally:
+    sweeps, _PLAN, FLAGS.dry_run = _PLAN, None, dry_run
+  return sweeps, whole
+
+
+def announce(name: str, make) -> str:
+  """Prints (and returns) how many runs experiment `name` will make and how many of them are
+  already done in --workdir, before it starts: the points of the sweeps `planned(make)` finds,
+  each counted once (Figures 2 and 5 reuse the tables' runs)."""
+  from cocod_jax.sweep import points as points_lib  # pylint: disable=g-import-not-at-top
+  from cocod_jax.sweep import state as state_lib  # pylint: disable=g-import-not-at-top
+
+  sweeps, whole = planned(make)
+  overrides = {'data_dir': FLAGS.data_dir} if FLAGS.data_dir else {}
+  head, seen, done = provenance_lib.commit(), set(), 0
+  try:
+    for config, link in dict.fromkeys(sweeps):
+      points = [p for p in points_lib.expand(config, FLAGS.workdir, overrides, link)
+                if p.dir not in seen]  # fmt: skip
+      seen.update(p.dir for p in points)
+      states = state_lib.states(points, head)
+      done += sum(states[p.dir].name in state_lib.FINISHED for p in points)
+  except errors.UsageError:  # The sweep itself will say what is wrong.
+    whole = False
+  count = len(dict.fromkeys(sweeps))
+  line = (
+    f'{name}: {len(seen)} runs in {count} sweep{"s" if count != 1 else ""}, {done} already done, '
+    f'{len(seen) - done} to make'
+  )
+  if not whole:
+    line += ' (at least: the rest could not be planned ahead)'
+  print(line, flush=True)
+  return line
 
 
 def _check_something_to_report(config: str) -> None:

@@ -5,7 +5,8 @@ status, wall time, host, the log's tail on failure); its stdout and stderr go to
 log.txt, appended across attempts. Runs start in sessions of their own, so that a timeout can end
 `mpirun` and its ranks together; Ctrl-C or SIGTERM of the runner is passed on to them (a run then
 checkpoints and exits 75, INCOMPLETE, resumed by the next invocation; a second signal kills).
-One line per point start and end; on a terminal a tqdm bar counts the points that ended.
+One line per point start and end, the end's with how many are left and about how long they will
+take at the pace of the runs so far; on a terminal a tqdm bar counts the points that ended.
 
 The launcher `local` (`start`, `describe`: see launchers.py); `launch`, `finish`, `progress` and
 `check_deadline` also serve the tasks of submitted jobs (slurm.py).
@@ -211,6 +212,25 @@ def check_deadline(run: Run) -> None:
     run.killed_at = float('inf')
 
 
+def duration(seconds: float) -> str:
+  """`seconds` for a person: '40 s', '12 min', '3.5 h'."""
+  if seconds < 90:
+    return f'{seconds:.0f} s'
+  if seconds < 90 * 60:
+    return f'{seconds / 60:.0f} min'
+  return f'{seconds / 3600:.1f} h'
+
+
+def left_line(left: int, ran: int, elapsed: float) -> str:
+  """What follows a finished run's line: how many runs are left and, from the `ran` runs that
+  ended in `elapsed` seconds (side by side ones included), about how long they will take."""
+  if left == 0:
+    return 'none left'
+  if ran == 0:
+    return f'{left} left'
+  return f'{left} left, about {duration(elapsed / ran * left)} more'
+
+
 class _Pool:
   """The runs of one invocation: a queue of points, the runs in flight, the states they ended in."""
 
@@ -219,6 +239,7 @@ class _Pool:
     self.parallel, self.head = parallel, head
     self.timeout_s, self.fail_fast = timeout_s, fail_fast
     self.signals, self.failed, self.started, self.total = 0, False, 0, len(todo)
+    self.first_start = None  # When the first run started: the estimate's clock.
     self.bar = tqdm.tqdm(total=len(todo), unit='point', disable=None, leave=False)
 
   def say(self, line: str) -> None:
@@ -249,6 +270,8 @@ class _Pool:
         continue
       self.say(f'{label} {name} ... running (log {point.dir}/log.txt)')
       self.running.append(run)
+      if self.first_start is None:
+        self.first_start = run.start
 
   def poll(self) -> None:
     for run in list(self.running):
@@ -259,7 +282,9 @@ class _Pool:
       s = finish(run, self.head)
       self.ended[run.point.dir] = s
       self.bar.update()
-      self.say(progress(run, s))
+      left = len(self.queue) + len(self.running)
+      elapsed = time.monotonic() - self.first_start
+      self.say(f'{progress(run, s)}; {left_line(left, len(self.ended), elapsed)}')
       if s.name not in state_lib.FINISHED and self.fail_fast:
         self.failed = True
 
