@@ -12,6 +12,8 @@ from cocod_jax.config import validation
 from tests import helpers
 from tests import mpi_helpers
 
+pytestmark = pytest.mark.slow  # It trains: left out of make test-fast.
+
 # Each option's config fields (docs/algorithms.md).
 OPTIONS = {
   'cocod': {},

@@ -24,6 +24,8 @@ from cocod_jax.record import checkpoints
 from cocod_jax.record import schema
 from tests import helpers
 
+pytestmark = pytest.mark.slow  # It trains and interrupts runs: left out of make test-fast.
+
 
 def test_fragments_are_contiguous_and_balanced():
   # Element g of N belongs to fragment floor(g P / N).
@@ -177,7 +179,6 @@ def test_refused_with_a_compressed_allreduce():
     validation.validate(c)
 
 
-@pytest.mark.slow
 def test_resume_with_fragments_in_flight_is_exact(tmp_path, tiny, monkeypatch):
   # P = 3, tau = 3, rounds of 3 steps after a warm-up of 2: every snapshot at a round's start.
   # A SIGTERM during step 5 stops at the boundary after it, step 1 of the round 5-7: fragments
