@@ -59,8 +59,9 @@ if [ -z "$hostfile" ] && [ "$per_node" = 0 ] && [ "$np" -gt "$(nproc)" ]; then
 fi
 # shellcheck disable=SC2086  # MPIRUN_ARGS is a list of options.
 cmd=("$mpirun" "${flags[@]}" ${MPIRUN_ARGS:-} -np "$np" "$@")
-# The job's stderr goes through `refusals`: an `error:` line that several ranks print (the same
-# refusal on each, `rank r: ` aside) is printed once, and Open MPI's multi-line box about a
+# The job's stderr goes through `refusals`: an `error:` line that several ranks print alike (a
+# refusal found before the ranks know their number) is printed once (lines that name their rank
+# differ, and each is kept: which rank refused), and Open MPI's multi-line box about a
 # process that "exited with non-zero status" is left out when that process exited 2 (a usage
 # error, config/errors.py) having printed its `error:` lines: a refusal of the command line, not
 # a failure. (The ranks refuse alike, but mpirun ends the others as soon as the first exits, so
@@ -80,10 +81,8 @@ refusals() {
     }
     inbox { box = box $0 "\n"; next }
     /^error: / {
-      key = $0
-      if (match(key, /^error: rank [0-9]+: /)) key = "error: " substr(key, RLENGTH + 1)
-      if (!(key in seen)) { print; fflush(); refused = 1 }
-      seen[key] = 1
+      if (!($0 in seen)) { print; fflush(); refused = 1 }
+      seen[$0] = 1
       next
     }
     { print; fflush() }
