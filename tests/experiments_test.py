@@ -181,6 +181,10 @@ def test_time_to_registered_target():
                         for a, t in ((0.80, 1.0), (0.895, 2.5), (0.85, 4.0))]}  # fmt: skip
   assert timing.time_to_target(results, 89.5) == 2.5  # The first epoch at or above it.
   assert timing.time_to_target(results, 89.6) is None  # Never reached: no time.
+  # delay or period 'auto': the measurement before the first step (where the step compiled)
+  # counts as training, as epoch 1's compilation does for every other run.
+  results['period_auto'] = {'measure_s': 1.25}
+  assert timing.time_to_target(results, 89.5) == 3.75
 
 
 def test_simnet_args_of_a_link():

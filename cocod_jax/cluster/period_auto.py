@@ -207,7 +207,11 @@ def resolve(cluster, config, state, data, workdir: str) -> dict:
   stored = cluster.allgather(read(workdir) if cluster.is_chief else None)[0]
   if stored is not None:
     return dict(stored, source='stored')
+  start = time.perf_counter()
   figures = measure(cluster, config, state, data)
+  # The seconds the measurement took, the step's compilation included (which it takes out of
+  # epoch 1): a time to target counts them as training (experiments/timing.time_to_target).
+  figures['measure_s'] = cluster.allgather(time.perf_counter() - start)[0]
   if cluster.is_chief:
     with workdir_lib.writing(FILE, workdir):  # A full disk: one line, as for the results.
       files.write_json_atomic(os.path.join(workdir, FILE), figures)

@@ -30,9 +30,13 @@ def first_epoch_at(results: dict, target: float) -> dict | None:
 
 def time_to_target(results: dict, target: float) -> float | None:
   """Training time (evaluation excluded) at the end of the first epoch whose test accuracy
-  reaches `target` (%); None when no epoch does."""
+  reaches `target` (%), plus the seconds a run with `period` or `delay='auto'` spent measuring
+  Tp and Tc before its first step (`period_auto.measure_s`: the step compiles there instead of
+  in epoch 1), so every run counts its compilation alike; None when no epoch reaches it."""
   epoch = first_epoch_at(results, target)
-  return epoch['train_time_s'] if epoch else None
+  if epoch is None:
+    return None
+  return epoch['train_time_s'] + (results.get('period_auto') or {}).get('measure_s', 0.0)
 
 
 def where_the_time_goes(results: dict, target: float | None) -> dict:

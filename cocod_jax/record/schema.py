@@ -22,14 +22,18 @@ results.json:
   diverged          diverged runs: where (worker or rank), step, learning rate, what
   timing            MPI runs: measured Tp, Tc (the allreduce between ranks), Tl (the local
                     mean over a rank's workers), local_s, comm_s (both parts), exposed
-                    communication, hidden_fraction, per rank and combined (optional)
+                    communication, hidden_fraction, per rank and combined; streamed CoCoD-SGD
+                    also fragments, Tc_fragment_s, Tc_round_s, r_fragment (optional)
   snapshot_allreduce  CoCoD-SGD with a compressed snapshot allreduce (comm.dtype): dtype,
                     error_feedback, rounds, payload_bytes (one sender's message a round), and
                     on the one-host cluster update_rel_error and model_rel_error (the rounding
                     error of the average against the float32 one, relative to the round's
-                    update and to the model; root of the sums over rounds) (optional)
-  period_auto       runs with algorithm.period='auto': Tp_s, Tc_s, r, the chosen k, its cap,
-                    samples, each rank's [Tp_s, Tc_s], source (period_auto.py; optional)
+                    update and to the model; root of the sums over rounds); streamed CoCoD-SGD
+                    (algorithm.fragments > 1): fragments, delay (the tau used), elements,
+                    fragment_elements, bytes_per_collective (optional)
+  period_auto       runs with algorithm.period or delay 'auto': Tp_s, Tc_s, r, the chosen k
+                    (and tau: delay; with fragments Tc_fragment_s), its cap, samples, each rank's
+                    [Tp_s, Tc_s], source, measure_s (period_auto.py; optional)
   restart_compile_s  runs resumed from a checkpoint: the seconds their later processes spent
                     compiling again, left out of every train_time_s (optional)
 
