@@ -134,7 +134,7 @@ def parse_flags(argv):
   try:
     return FLAGS(argv)
   except flags.Error as e:
-    sys.exit(_error(str(e).splitlines()[0], EXIT_USAGE))
+    sys.exit(_error(cocod_flags.flag_problem(e, 'prepare_data'), EXIT_USAGE))
 
 
 def main(argv):

@@ -14,8 +14,9 @@ correction counts the worker's own steps.
 
 Nothing here knows how many workers there are or where they run: `cluster/one_host.py` maps
 these functions over a leading worker axis with `jax.vmap`, and `cluster/ranks.py` does the
-same for the W workers of each MPI rank. A worker's batch is chosen on the device from the epoch's index table
-and the worker's own step counter, so the loop uploads indices once per epoch, not every step.
+same for the W workers of each MPI rank. A worker's batch is chosen on the device from the
+epoch's index table and the worker's own step counter, so the loop uploads indices once per
+epoch, not every step.
 """
 
 from typing import Any

@@ -54,4 +54,7 @@ def test_paper_announces_its_runs_and_those_done(flags, capsys):
   line = common.announce('paper', lambda: artefacts.make('paper'))
   assert capsys.readouterr().out == line + '\n'
   n = len(unique)
-  assert line == f'paper: {n} runs in 6 sweeps, 1 already done, {n - 1} to make', line
+  assert line == (
+    f'paper: {n} runs in 6 sweeps planned ahead, 1 already done, {n - 1} to make; a sweep that '
+    "needs these runs' results (a timing link, a later stage) prints its own count when it starts"
+  ), line

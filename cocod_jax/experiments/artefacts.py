@@ -294,6 +294,7 @@ def main(name: str) -> None:
 
   def run(argv):
     del argv
+    common.announce(name, lambda: make(name))
     sys.exit(make(name))
 
   app.run(run, flags_parser=lambda a: cocod_flags.parse(a, name))

@@ -156,8 +156,9 @@ def announce(name: str, make) -> str:
     whole = False
   count = len(dict.fromkeys(sweeps))
   line = (
-    f'{name}: {len(seen)} runs in {count} sweep{"s" if count != 1 else ""}, {done} already done, '
-    f'{len(seen) - done} to make'
+    f'{name}: {len(seen)} runs in {count} sweep{"s" if count != 1 else ""} planned ahead, {done} '
+    f"already done, {len(seen) - done} to make; a sweep that needs these runs' results (a "
+    'timing link, a later stage) prints its own count when it starts'
   )
   if not whole:
     line += ' (at least: the rest could not be planned ahead)'

@@ -278,7 +278,13 @@ def make() -> int:
 
 def main():
   cocod_flags.define_experiment_flags()
-  app.run(lambda argv: sys.exit(make()), flags_parser=lambda a: cocod_flags.parse(a, 'corrections'))
+
+  def run(argv):
+    del argv
+    common.announce('corrections', make)
+    sys.exit(make())
+
+  app.run(run, flags_parser=lambda a: cocod_flags.parse(a, 'corrections'))
 
 
 if __name__ == '__main__':

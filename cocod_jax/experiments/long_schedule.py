@@ -321,9 +321,13 @@ def make() -> int:
 
 def main():
   cocod_flags.define_experiment_flags()
-  app.run(
-    lambda argv: sys.exit(make()), flags_parser=lambda a: cocod_flags.parse(a, 'long_schedule')
-  )
+
+  def run(argv):
+    del argv
+    common.announce('long_schedule', make)
+    sys.exit(make())
+
+  app.run(run, flags_parser=lambda a: cocod_flags.parse(a, 'long_schedule'))
 
 
 if __name__ == '__main__':

@@ -113,6 +113,7 @@ def main():
     if FLAGS.replot:
       sys.exit(replot())
     with artefacts.registered('overlap'):  # The registered timing flags (configs/scales.py).
+      common.announce('overlap', make)
       sys.exit(make())
 
   app.run(run, flags_parser=lambda a: cocod_flags.parse(a, 'overlap'))
