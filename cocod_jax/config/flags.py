@@ -189,7 +189,7 @@ def define_prepare_data_flags(datasets) -> None:
 def define_mnist1d_check_flags(models) -> None:
   """The flags of `python -m cocod_jax.experiments.mnist1d_check`; `models`: those it checks."""
   flags.DEFINE_string('workdir', 'runs/mnist1d_check', 'Where the runs go.')
-  flags.DEFINE_string('out', 'docs/paper-cpu', 'Where mnist1d_check.json and .md go.')
+  flags.DEFINE_string('out', 'runs/mnist1d_check', 'Where mnist1d_check.json and .md go.')
   flags.DEFINE_integer('seeds', 5, 'Seeds per model.')
   flags.DEFINE_list('models', list(models), 'Models to check.')
 
