@@ -379,12 +379,18 @@ def describe(tm) -> str:
 
 
 def model_step_time(
-  algorithm: str, tp: float, tc: float, k: int, delay: int | None = None
+  algorithm: str, tp: float, tc: float, k: int, delay: int | None = None, fragments: int = 1
 ) -> float:
   """Section 4.2's time per step for a local step of `tp` and an allreduce of `tc` seconds
   (docs/algorithms.md, the time model); AsynLocal-SGD's is Local-SGD's with the slowest
   worker's step. CoCoD-SGD with `delay` = tau < k: the allreduce starts after k - tau of the
-  round's steps and has the last tau to hide behind, ((k - tau) tp + max(tau tp, tc)) / k."""
+  round's steps and has the last tau to hide behind, ((k - tau) tp + max(tau tp, tc)) / k.
+  Streamed (`fragments` = P > 1, tau = `delay`, 1 when None): each of the P allreduces of tc / P
+  has tau steps to hide behind and exposes what they do not cover, and the P of a round follow
+  one another on one thread, so a round takes max(k tp + P max(0, tc / P - tau tp), tc)."""
+  if algorithm == 'cocod_sgd' and fragments > 1:
+    tau = 1 if delay is None else delay
+    return max(k * tp + fragments * max(0.0, tc / fragments - tau * tp), tc) / k
   if algorithm == 'cocod_sgd' and delay is not None and delay < k:
     return ((k - delay) * tp + max(delay * tp, tc)) / k
   return {

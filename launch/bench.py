@@ -21,6 +21,12 @@ Sections (each its own table and targets in bench.md):
   the runs it predicts), and the hidden fraction; then CoCoD-SGD
   with each `comm.staging` at the largest r, Pipe-SGD against its own Tp and Tc with the
   pipeline's refill at each epoch end, and a PNG of one measured round per algorithm.
+- `streamed`: streamed CoCoD-SGD (`algorithm.fragments=5`, k = 5) with tau = 1 and with
+  `delay=auto`, beside S-SGD, at r = 1, 3 and 6 (`--streamed_ratios`; rates from the
+  calibration): its round time against max(k Tp, Tc) of the S-SGD run of the same repeat (target
+  <= 1.10 with tau = 1 at r = 1 and 3), the tau each run used (at r ~ 6 a fragment's allreduce
+  outlasts a step and `delay=auto` takes tau = 2), Tc of a fragment, the hidden fraction and the
+  time model (docs/algorithms.md).
 - `hetero`: a mixed cluster on equal hardware, rank 0 at half speed (`emulate_speeds`), at
   r = Tc / Tp_slow of about 1: S-SGD, S-SGD+PS, Pipe-SGD+PS, AsynLocal-SGD and CoCoD-SGD+PS, each
   against the time model for mixed clusters (from the calibration), per step and per epoch.
@@ -55,11 +61,15 @@ from cocod_jax.config import flags as cocod_flags
 from cocod_jax.record import files
 from cocod_jax.record import provenance
 from launch import bench_measure
+from launch import bench_model
 from launch import bench_render
 
 flags.DEFINE_string('out', 'runs/bench', 'Output directory.')
 flags.DEFINE_integer('repeats', 3, 'Runs per algorithm and ratio.')
 flags.DEFINE_list('ratios', ['1', '3'], 'Target values of r = Tc/Tp.')
+flags.DEFINE_list(
+  'streamed_ratios', list(bench_model.STREAMED_RATIOS), 'Target r of the streamed section.'
+)
 flags.DEFINE_list('probe_rates_mbit', ['300', '1200'], 'Link rates of the calibration runs.')
 flags.DEFINE_list('stagings', ['host', 'device'], 'comm.staging values to compare.')
 flags.DEFINE_list(
@@ -84,7 +94,8 @@ def measure(out, sections, report):
     report['comm'] = bench_measure.measure_comm(out, FLAGS.comm_rate)
   if 'checkpoint' in sections:
     report['checkpoint'] = bench_measure.measure_checkpoint(out)
-  later = {'hetero', 'ranks'} & set(sections)  # Sections that reuse an earlier calibration.
+  # Sections that reuse an earlier calibration.
+  later = {'streamed', 'hetero', 'ranks'} & set(sections)
   if 'overlap' in sections or (later and 'calibration' not in report):
     bench_measure.write_data(os.path.join(out, 'synthetic.npz'))
     print('calibration (S-SGD at two link rates):', flush=True)
@@ -97,6 +108,8 @@ def measure(out, sections, report):
     print('calibration: that of the earlier run in bench.json', flush=True)
   if 'overlap' in sections:
     bench_measure.measure_overlap(out, report, FLAGS.ratios, FLAGS.repeats, FLAGS.stagings)
+  if 'streamed' in sections:
+    bench_measure.measure_streamed(out, report, FLAGS.streamed_ratios, FLAGS.repeats)
   if 'hetero' in sections:
     bench_measure.measure_hetero(out, report, FLAGS.repeats)
   if 'ranks' in sections:

@@ -73,6 +73,7 @@ def run_job(out, workdir, rate_kbit, algorithm, *extra, data='synthetic.npz', la
   timing['wall_s'] = time.perf_counter() - start
   timing['test_accuracy'] = res['final']['test_accuracy']
   timing['steps_per_epoch'] = res['steps_per_epoch']
+  timing['tau'] = (res.get('snapshot_allreduce') or {}).get('delay')  # Streamed: tau it used.
   print(
     f'  {label or bench_model.NAMES[algorithm]:13s} {rate_kbit / 1000:7.0f} Mbit/s  '
     f'step {timing["step_time_s"] * 1e3:6.1f} ms  Tp {timing["Tp_s"] * 1e3:6.1f}  '
@@ -173,6 +174,34 @@ def measure_overlap(out, report, ratios, repeats, stagings):
       wd = os.path.join(out, 'staging', f'rep{rep}', staging)
       tm = run_job(out, wd, rates[top], 'cocod_sgd', f'--config.comm.staging={staging}')
       report['stagings'].setdefault(staging, []).append(tm)
+
+
+def rate_for(report, target):
+  """The link rate (kbit/s) that the calibration's fit gives for r = Tc / Tp = `target`."""
+  a, b, tp = (report['calibration'][k] for k in ('a_s', 'b_s_kbit', 'Tp_s'))
+  want = target * tp
+  if want <= a:
+    raise SystemExit(f'bench: r={target:g} needs Tc={want * 1e3:.1f} ms < the fitted floor')
+  return b / (want - a)
+
+
+def measure_streamed(out, report, ratios, repeats):
+  """Streamed CoCoD-SGD (P = 5 of k = 5) with tau = 1 and with delay='auto', beside S-SGD, at each
+  target r (rates from the calibration); the round time against max(k Tp, Tc) of the S-SGD run
+  of the same repeat (bench_model.STREAMED)."""
+  variants = bench_model.STREAMED
+  report['streamed'] = []
+  for target in [float(x) for x in ratios]:
+    rate = rate_for(report, target)
+    print(f'streamed, r = {target:g}: link rate {rate / 1000:.0f} Mbit/s', flush=True)
+    runs = {name: [] for name, _, _ in variants}
+    for rep in range(repeats):
+      for name, algorithm, extra in (
+        variants[rep % len(variants) :] + variants[: rep % len(variants)]
+      ):
+        wd = os.path.join(out, 'streamed', f'r{target:g}', f'rep{rep}', name.replace(' ', '_'))
+        runs[name].append(run_job(out, wd, rate, algorithm, *extra, label=name))
+    report['streamed'].append({'target_r': target, 'rate_kbit': rate, 'runs': runs})
 
 
 def measure_hetero(out, report, repeats):

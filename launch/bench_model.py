@@ -21,9 +21,31 @@ HETERO = (
 )
 
 
+# Streamed CoCoD-SGD (algorithm.fragments = P): P fragments of the period k, tau = 1 and
+# delay='auto', beside the S-SGD run of the same repeat (its Tp and Tc); (name, algorithm, flags).
+FRAGMENTS = 5
+STREAMED = (
+  ('S-SGD', 'ssgd', ()),
+  ('streamed tau=1', 'cocod_sgd', (f'--config.algorithm.fragments={FRAGMENTS}',
+                                   '--config.algorithm.delay=1')),
+  ('streamed delay=auto', 'cocod_sgd', (f'--config.algorithm.fragments={FRAGMENTS}',
+                                        '--config.algorithm.delay=auto')),
+)  # fmt: skip
+STREAMED_RATIOS = ('1', '3', '6')  # r ~ 6: one step no longer covers a fragment of Tc / 5.
+STREAMED_TARGET = 1.10  # A streamed round / max(k Tp, Tc), tau = 1, at r = 1 and r = 3.
+
+
 def predicted_step(algorithm, tp, tc, k=K):
   """Section 4.2's time per step for measured Tp and Tc (docs/algorithms.md, the time model)."""
   return timeline.model_step_time(algorithm, tp, tc, k)
+
+
+def predicted_streamed(algorithm, tp, tc, tau, k=K):
+  """The time model of a `STREAMED` variant: S-SGD's, or CoCoD-SGD's with FRAGMENTS fragments and
+  the tau the run used (docs/algorithms.md)."""
+  if algorithm != 'cocod_sgd':
+    return predicted_step(algorithm, tp, tc, k)
+  return timeline.model_step_time(algorithm, tp, tc, k, tau, FRAGMENTS)
 
 
 def predicted_hetero(algorithm, tp_slow, tc, k=K):

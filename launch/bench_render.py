@@ -10,7 +10,7 @@ import statistics
 from launch import bench_model
 
 # The sections, in bench.md's order (`--sections` chooses among them).
-SECTIONS = ('overhead', 'comm', 'checkpoint', 'overlap', 'hetero', 'ranks')
+SECTIONS = ('overhead', 'comm', 'checkpoint', 'overlap', 'streamed', 'hetero', 'ranks')
 
 
 def spread(values, fmt='{:.1f}', scale=1.0):
@@ -118,6 +118,50 @@ def overlap_lines(report):
   lines += ['', '### Targets (ratios measured in the same repeat)', '']
   report['targets'] = target_lines(report)
   return lines + report['targets']
+
+
+def streamed_lines(streamed, calibration):
+  """Streamed CoCoD-SGD's rounds against max(k Tp, Tc) of the S-SGD run of the same repeat, the
+  tau each run used, the hidden fraction and the time model; the targets (tau = 1 at r <= 3)."""
+  k, p = bench_model.K, bench_model.FRAGMENTS
+  repeats = len(streamed[0]['runs']['S-SGD'])
+  lines = [f'## Streamed CoCoD-SGD: P = {p} fragments of k = {k} ({repeats} runs per row)', '']
+  lines += [
+    '| target r | link | variant | r = Tc/Tp (S-SGD run) | tau | ms / step | round / max(k Tp, '
+    'Tc) | Tc of a fragment ms | hidden | model ms / step (calibration) |',
+    '|---|---|---|---|---|---|---|---|---|---|',
+  ]
+  targets = []
+  for entry in streamed:
+    ssgd = entry['runs']['S-SGD']
+    tp, tc = bench_model.calibrated(calibration, entry['rate_kbit'])
+    for name, algorithm, _ in bench_model.STREAMED:
+      runs = entry['runs'][name]
+      ideal = [max(k * s['Tp_s'], s['Tc_s']) for s in ssgd]
+      ratio = [r['round_time_s'] / i if r.get('round_time_s') else None
+               for r, i in zip(runs, ideal)]  # fmt: skip
+      taus = sorted({r['tau'] for r in runs if r.get('tau')})
+      model = [bench_model.predicted_streamed(algorithm, tp, tc, r.get('tau')) for r in runs]
+      streamed_run = algorithm == 'cocod_sgd'
+      lines.append(
+        f'| {entry["target_r"]:g} | {entry["rate_kbit"] / 1000:.0f} Mbit/s | {name} '
+        f'| {spread([s["Tc_s"] / s["Tp_s"] for s in ssgd], "{:.2f}")} '
+        f'| {", ".join(map(str, taus)) or "-"} '
+        f'| {spread([r["step_time_s"] for r in runs], scale=1e3)} '
+        f'| {spread(ratio, "{:.2f}") if streamed_run else "-"} '
+        f'| {spread([r.get("Tc_fragment_s") for r in runs], scale=1e3) if streamed_run else "-"} '
+        f'| {spread([r["hidden_fraction"] for r in runs], "{:.0%}")} '
+        f'| {spread(model, scale=1e3)} |'
+      )
+      if name == 'streamed tau=1' and entry['target_r'] <= 3:
+        ok = statistics.median(ratio) <= bench_model.STREAMED_TARGET
+        targets.append(
+          f'- r = {entry["target_r"]:g}: streamed (tau = 1) round time / max(k*Tp, Tc) = '
+          f'{spread(ratio, "{:.2f}")} (target <= {bench_model.STREAMED_TARGET:.2f}): '
+          f'{_verdict(ok)}'
+        )
+  lines += ['', '### Targets (ratios to the S-SGD run of the same repeat)', ''] + targets
+  return lines
 
 
 def overhead_lines(overhead):
@@ -297,6 +341,8 @@ def render(report):
     lines += checkpoint_lines(report['checkpoint']) + ['']
   if 'ratios' in report:
     lines += overlap_lines(report) + ['']
+  if 'streamed' in report:
+    lines += streamed_lines(report['streamed'], report['calibration']) + ['']
   if 'hetero' in report:
     lines += hetero_lines(report['hetero'], report['calibration']) + ['']
   if 'ranks' in report:

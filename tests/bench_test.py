@@ -209,3 +209,56 @@ def test_ranks_rows_and_target():
   )
   runs['cocod_sgd'][0]['step_time_s'] = 0.3
   assert bench_render.ranks_lines(ranks)[-1].endswith('(target >= 1.6): MISSED')
+
+
+def test_streamed_model():
+  # P = 5 of k = 5, Tp 0.1, Tc 0.3: a fragment's 0.06 hides behind one step (tau = 1), the round
+  # takes max(5 * 0.1, 0.3) = 0.5, 0.1 a step; at Tc 0.75 a fragment's 0.15 exposes 0.05 each,
+  # max(0.5 + 5 * 0.05, 0.75) = 0.75; tau = 2 covers it again but the thread still needs 0.75;
+  # at Tc 1.5 each fragment exposes 0.2: max(0.5 + 1.0, 1.5) = 1.5, 0.3 a step.
+  assert bench_model.predicted_streamed('cocod_sgd', 0.1, 0.3, 1) == 0.1
+  np.testing.assert_allclose(bench_model.predicted_streamed('cocod_sgd', 0.1, 0.75, 1), 0.15)
+  np.testing.assert_allclose(bench_model.predicted_streamed('cocod_sgd', 0.1, 0.75, 2), 0.15)
+  np.testing.assert_allclose(bench_model.predicted_streamed('cocod_sgd', 0.1, 1.5, 1), 0.3)
+  assert bench_model.predicted_streamed('ssgd', 0.1, 0.3, None) == 0.4
+
+
+def test_streamed_rows_and_targets():
+  # Two repeats at r = 1 and one at r = 6: the streamed round against max(k Tp, Tc) of the S-SGD
+  # run of the same repeat (0.5 and 0.55: 5 Tp), the tau each run used, the targets at r <= 3.
+  def run(step, tp, tc, hidden, round_time=None, tau=None, frag=None):
+    return {'step_time_s': step, 'Tp_s': tp, 'Tc_s': tc, 'hidden_fraction': hidden,
+            'round_time_s': round_time, 'tau': tau, 'Tc_fragment_s': frag}  # fmt: skip
+
+  one = {
+    'S-SGD': [run(0.2, 0.1, 0.1, 0.0), run(0.22, 0.11, 0.1, 0.0)],
+    'streamed tau=1': [
+      run(0.1, 0.1, 0.1, 0.95, 0.52, 1, 0.02),
+      run(0.12, 0.11, 0.1, 0.9, 0.6, 1, 0.02),
+    ],
+    'streamed delay=auto': [run(0.1, 0.1, 0.1, 0.95, 0.5, 1, 0.02)] * 2,
+  }
+  six = {
+    'S-SGD': [run(0.7, 0.1, 0.6, 0.0)],
+    'streamed tau=1': [run(0.13, 0.1, 0.6, 0.5, 0.65, 1, 0.12)],
+    'streamed delay=auto': [run(0.125, 0.1, 0.6, 0.9, 0.62, 2, 0.12)],
+  }
+  streamed = [{'target_r': 1.0, 'rate_kbit': 600e3, 'runs': one},
+              {'target_r': 6.0, 'rate_kbit': 100e3, 'runs': six}]  # fmt: skip
+  lines = bench_render.streamed_lines(streamed, CALIBRATION)
+  assert lines[0] == '## Streamed CoCoD-SGD: P = 5 fragments of k = 5 (2 runs per row)'
+  rows = [[c.strip() for c in line.strip('|').split('|')] for line in lines[4:10]]
+  # r of the S-SGD runs 1.0 and 0.91; rounds 0.52 / 0.5 and 0.6 / 0.55.
+  assert rows[1][2:7] == ['streamed tau=1', '0.95 [0.91, 1.00]', '1', '110.0 [100.0, 120.0]',
+                          '1.07 [1.04, 1.09]']  # fmt: skip
+  assert (
+    rows[5][2] == 'streamed delay=auto' and rows[5][4] == '2' and rows[5][6] == '1.03 [1.03, 1.03]'
+  )
+  assert rows[0][6] == '-'  # S-SGD has no streamed round.
+  assert lines[-1] == (
+    '- r = 1: streamed (tau = 1) round time / max(k*Tp, Tc) = 1.07 [1.04, 1.09] (target <= 1.10): '
+    'met'
+  )
+  one['streamed tau=1'][0]['round_time_s'] = 0.6
+  assert bench_render.streamed_lines(streamed, CALIBRATION)[-1].endswith('MISSED')
+  assert 'streamed' in bench_render.render({'streamed': streamed, 'calibration': CALIBRATION})
