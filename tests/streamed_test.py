@@ -233,3 +233,20 @@ def test_background_queue_runs_in_order_and_waits_in_order():
   gate.set()
   assert [worker.wait(h) for h in (first, second, third)] == ['a', 'b', 'c']
   assert ran == ['a', 'b', 'c'] and worker.close()
+
+
+def test_divergence_names_the_worker_and_the_fragment(tmp_path):
+  # Worker 1's shard has features of 1e30: its first local step overflows. P = 2 in rounds of 3:
+  # fragment 0's snapshot (before step 0) is still x_0, fragment 1's (before step 2) is not
+  # finite, and its average stops the run before any worker takes it in.
+  path, x, y = helpers.tiny_npz(tmp_path, n_train=60)
+  x = x.copy()
+  x[20:40] *= 1e30
+  np.savez(path, x_train=x, y_train=y, x_test=x[:5], y_test=y[:5])
+  c = helpers.small_config(path, 'cocod_sgd', workers=3, batch=5, epochs=3, period=3)
+  c.algorithm.fragments = 2
+  with pytest.raises(train.Diverged, match=r'worker\(s\) \[1\].*fragment 1 of 2 in the round of '
+                     r'steps 0-2 at step 2'):  # fmt: skip
+    train.train_and_evaluate(c, str(tmp_path / 'run'))
+  res = schema.load_results(str(tmp_path / 'run' / 'results.json'))
+  assert res['status'] == 'diverged' and res['diverged']['workers'] == [1]
