@@ -31,6 +31,7 @@ from cocod_jax import steps
 from cocod_jax.algorithms import base
 
 WHOLE = -1  # The fragment index of a round shorter than P: the whole synced part at once.
+WHOLE_LABEL = 'the whole model'  # How its collective's label starts.
 
 
 def edges(n: int, p: int) -> list[int]:
@@ -124,7 +125,7 @@ class StreamedCoCoDSGD(base.RoundAlgorithm):
     return self._fns[fragment]
 
   def _label(self, fragment: int) -> str:
-    what = 'the whole model' if fragment == WHOLE else f'fragment {fragment} of {self.fragments}'
+    what = WHOLE_LABEL if fragment == WHOLE else f'fragment {fragment} of {self.fragments}'
     return f'{what} in {self.round_label()}'
 
   def step(self, state, data, t):
@@ -161,7 +162,7 @@ class StreamedCoCoDSGD(base.RoundAlgorithm):
   def collective_args(self, handle) -> dict:
     """A fragment's allreduce span is marked as one: `timeline`'s Tc of a fragment leaves out the
     whole-model averages of rounds shorter than P."""
-    return {'fragment': not handle.label.startswith('the whole model')}
+    return {'fragment': not handle.label.startswith(WHOLE_LABEL)}
 
   def drain(self, state):
     """Waits for every fragment in flight, oldest first (the epoch's end, a checkpoint)."""
