@@ -64,17 +64,18 @@ def _paired_final_gap(runs: dict, base: dict) -> float | None:
   )  # fmt: skip
 
 
-def timing_rows(points, target, accuracy_rows: dict, variants) -> list[dict]:
+def timing_rows(points, target, accuracy_rows: dict, variants, reference=config.REFERENCE):
   """One row per timed variant of one column on one link: `timing.timing_summary` against S-SGD
   (time to `target`, epoch speedup, r, hidden), the tau delay=auto chose, and the accuracy the
   frontier draws: the full runs' difference to S-SGD with its interval (`accuracy_rows`), or for
-  a variant without full runs its timing runs' mean paired difference (no interval)."""
+  a variant without full runs its timing runs' mean paired difference (no interval). The
+  streamed experiment passes its own `variants` and `reference` (both S-SGD's `ssgd`)."""
   base, timed = corrections.timed_runs(points, variants, with_epochs=True)
   rows = []
   for v, runs in timed:
     taus = sorted({(r.get('period_auto') or {}).get('delay') for r in runs.values()} - {None})
     acc = accuracy_rows.get(v) or {}
-    if v == config.REFERENCE:
+    if v == reference:
       accuracy_of = {'difference': 0.0, 'lo': 0.0, 'hi': 0.0, 'source': 'reference'}
     elif acc.get('difference') is not None:
       accuracy_of = {k: acc[k] for k in ('difference', 'lo', 'hi', 'verdict')}
@@ -147,7 +148,8 @@ def reach_counts(points, task: str, variants, target: float | None) -> dict:
   return out
 
 
-def _target(finals) -> float | None:
+def target_of(finals) -> float | None:
+  """The registered target of a column: S-SGD's mean final accuracy (`finals`) - 0.5 point."""
   return statistics.mean(finals) - accuracy.MARGIN if finals else None
 
 
@@ -158,7 +160,7 @@ def assemble_timing(timed: dict, full: dict) -> dict:
   for link, by_task in timed.items():
     out[link] = {}
     for task, points in by_task.items():
-      target = _target(full['ssgd'].get(task))
+      target = target_of(full['ssgd'].get(task))
       rows = timing_rows(points, target, full['rows'].get(task, {}), config.TIMED)
       out[link][task] = {
         'target': target,
@@ -169,22 +171,27 @@ def assemble_timing(timed: dict, full: dict) -> dict:
   return out
 
 
-def assemble_mixed(points, timed_points, link: str | None) -> dict:
-  """Table 2's cluster: each MIXED variant's verdict against S-SGD per column, and the timing
-  rows on `link` of the column timed."""
-  rows = stage_rows(points, config.TASKS, list(config.MIXED))
-  finals = _finals(points, config.TASKS)
+def assemble_mixed(
+  points, timed_points, link: str | None, tasks=config.TASKS, variants=tuple(config.MIXED),
+  seeds=config.MIXED_SEEDS,
+) -> dict:  # fmt: skip
+  """Table 2's cluster: each of `variants` (overlap's MIXED, or the streamed experiment's) with
+  its verdict against S-SGD per column of `tasks`, and the timing rows on `link` of the column
+  timed."""
+  rows = stage_rows(points, tasks, list(variants))
+  finals = finals_of(points, tasks)
   timing = {}
   for task in sorted({p.arg['task'] for p in timed_points}):
     mine = [p for p in timed_points if p.arg['task'] == task]
-    target = _target(finals.get(task))
+    target = target_of(finals.get(task))
     timing[task] = {'target': target, 'rows': timing_rows(mine, target, rows.get(task, {}),
-                                                          list(config.MIXED))}  # fmt: skip
-  return {'rows': rows, 'ssgd': finals, 'seeds': list(config.MIXED_SEEDS), 'link': link,
+                                                          list(variants))}  # fmt: skip
+  return {'rows': rows, 'ssgd': finals, 'seeds': list(seeds), 'link': link,
           'timing': timing}  # fmt: skip
 
 
-def _finals(points, tasks) -> dict:
+def finals_of(points, tasks) -> dict:
+  """{task: S-SGD's final accuracies over its finished seeds}."""
   return {t: [accuracy.final(p) for p in accuracy.by_seed(points, 'ssgd', t).values()]
           for t in tasks}  # fmt: skip
 
@@ -206,13 +213,13 @@ def assemble(pilot_points, pilot_rows: dict, full_points, chosen: dict, timed=No
   )
   full = {
     'rows': stage_rows(full_points, config.TASKS, full_variants),
-    'ssgd': _finals(full_points, config.TASKS),
+    'ssgd': finals_of(full_points, config.TASKS),
     'variants': full_variants,
     'seeds': list(config.FULL_SEEDS),
     'vs_local': vs_local,
   }
   full['reach'] = {
-    t: reach_counts(full_points, t, full_variants, _target(full['ssgd'].get(t)))
+    t: reach_counts(full_points, t, full_variants, target_of(full['ssgd'].get(t)))
     for t in config.TASKS
   }
   left_out = [
@@ -226,7 +233,7 @@ def assemble(pilot_points, pilot_rows: dict, full_points, chosen: dict, timed=No
   return {
     'pilot': {
       'rows': pilot_rows,
-      'ssgd': _finals(pilot_points, config.HARD),
+      'ssgd': finals_of(pilot_points, config.HARD),
       'seeds': list(config.PILOT_SEEDS),
     },
     'chosen': chosen,

@@ -34,7 +34,10 @@ def draw(data: dict):
   return fig
 
 
-def draw_frontier(data: dict):
+def draw_frontier(
+  data: dict, title: str = "CoCoD-SGD's overlap options: accuracy against speed, per link "
+  '(slowest first)',
+):  # fmt: skip
   """overlap_frontier.png's figure: a panel per link (the slowest first) and timed column, each
   timed variant's accuracy difference to S-SGD (90% interval) against its time-to-target
   speedup (hollow: the epoch speedup, a seed missed the target), the Pareto front joined."""
@@ -63,7 +66,7 @@ def draw_frontier(data: dict):
     ax.set_title(f'{link} (S-SGD r = {r_text}), {scales.task_title(task, "cpu")}', fontsize=9)
     ax.set_xlabel('speedup over S-SGD to the target (hollow: epoch speedup, target missed)')
   figures.legend(fig, axes)
-  fig.suptitle("CoCoD-SGD's overlap options: accuracy against speed, per link (slowest first)")
+  fig.suptitle(title)
   return fig
 
 

@@ -11,14 +11,17 @@ from configs import overlap as config
 from configs import scales
 
 
-def _cell(row) -> str:
+def cell(row) -> str:
+  """A verdict cell: difference [90% interval] verdict, or why there is none."""
   if not row or row.get('difference') is None:
     verdict = (row or {}).get('verdict', 'not run')
     return verdict if verdict != 'no pairs' else 'not run'
   return f'{row["difference"]:+.2f} [{row["lo"]:+.2f}, {row["hi"]:+.2f}] {row["verdict"]}'
 
 
-def _table(rows: dict, tasks, variants, reference_finals: dict) -> list[str]:
+def table(rows: dict, tasks, variants, reference_finals: dict) -> list[str]:
+  """A table of verdicts against S-SGD: a row per variant of `variants` (S-SGD's own row its mean
+  final accuracy, `reference_finals`), a column per task of `tasks`."""
   head = ' | '.join(scales.task_title(t, 'cpu') for t in tasks)
   lines = [f'| variant | {head} |', '|---|' + '---|' * len(tasks)]
   ref = ' | '.join(
@@ -28,7 +31,7 @@ def _table(rows: dict, tasks, variants, reference_finals: dict) -> list[str]:
   lines.append(f'| ssgd (final accuracy) | {ref} |')
   for v in variants:
     if v != config.REFERENCE:
-      lines.append(f'| {v} | ' + ' | '.join(_cell(rows.get(t, {}).get(v)) for t in tasks) + ' |')
+      lines.append(f'| {v} | ' + ' | '.join(cell(rows.get(t, {}).get(v)) for t in tasks) + ' |')
   return lines
 
 
@@ -49,7 +52,7 @@ def render(data: dict) -> str:
     '',
     f'## Pilot: the hard columns, seeds {", ".join(map(str, config.PILOT_SEEDS))}, every setting',
     '',
-    *_table(pilot['rows'], config.HARD, config.stage_variants('pilot', []), pilot['ssgd']),
+    *table(pilot['rows'], config.HARD, config.stage_variants('pilot', []), pilot['ssgd']),
     '',
     'Chosen (the highest mean difference over the two columns): '
     + ', '.join(f'{o}: {v or "none"}' for o, v in chosen.items())
@@ -59,7 +62,7 @@ def render(data: dict) -> str:
     '',
     f'## Full runs: seeds {", ".join(map(str, config.FULL_SEEDS))}, the four columns',
     '',
-    *_table(full['rows'], config.TASKS, full['variants'], full['ssgd']),
+    *table(full['rows'], config.TASKS, full['variants'], full['ssgd']),
     '',
     f"Against Local-SGD (the issue's accuracy target: final accuracy minus Local-SGD's, paired "
     f'by seed, at least {analysis.TARGET_VS_LOCAL:+.2f} in every column):',
@@ -82,7 +85,7 @@ def render(data: dict) -> str:
   for link, by_task in data.get('timing', {}).items():
     for task, part in by_task.items():
       lines += _render_timing(link, task, part)
-  lines += _render_mixed(data.get('mixed') or {})
+  lines += render_mixed(data.get('mixed') or {})
   lines += ['', data['not_run_line']]
   return '\n'.join(lines) + '\n'
 
@@ -174,7 +177,9 @@ def _render_timing(link: str, task: str, part: dict) -> list[str]:
   return lines
 
 
-def _render_mixed(mixed: dict) -> list[str]:
+def render_mixed(mixed: dict, tasks=config.TASKS, variants=tuple(config.MIXED)) -> list[str]:
+  """Table 2's cluster (`overlap_analysis.assemble_mixed`): the verdicts of `variants` on `tasks`
+  and the timing rows; nothing where no verdict is there."""
   ran = [r for rows in (mixed or {}).get('rows', {}).values() for r in rows.values()]
   if not any(r.get('difference') is not None for r in ran):
     return []
@@ -183,7 +188,7 @@ def _render_mixed(mixed: dict) -> list[str]:
     "## Table 2's mixed cluster (8 of 16 workers at half speed), seeds "
     + ', '.join(map(str, mixed['seeds'])),
     '',
-    *_table(mixed['rows'], config.TASKS, list(config.MIXED), mixed['ssgd']),
+    *table(mixed['rows'], tasks, list(variants), mixed['ssgd']),
   ]
   for task, part in mixed.get('timing', {}).items():
     lines += [
