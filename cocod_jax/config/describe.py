@@ -3,7 +3,7 @@
 
 tests/describe_test.py holds the table to the configs: every field of base_config and of each
 configs/*.py file has a line, and no line names a field that does not exist. A new field of
-configs/common.py gets its line here.
+config/defaults.py (base_config) gets its line here.
 """
 
 from cocod_jax.config import files

@@ -47,14 +47,14 @@ def get_config(module, arg: str = ''):
 
 def checked(config, spec: str):
   """`config`, what the config file `spec` made, when it is an ml_collections.ConfigDict with
-  every field of configs/common.py's base_config (their values may differ).
+  every field of base_config (config/defaults.py; their values may differ).
 
   Raises:
     errors.UsageError: another type, or a field missing (the first named, with how many more).
   """
   import ml_collections  # pylint: disable=g-import-not-at-top
 
-  from configs import common  # pylint: disable=g-import-not-at-top
+  from cocod_jax.config import defaults  # pylint: disable=g-import-not-at-top
 
   allowed = 'allowed: a config file whose get_config() builds on configs/common.py base_config()'
   if not isinstance(config, ml_collections.ConfigDict):
@@ -63,7 +63,7 @@ def checked(config, spec: str):
       f'ml_collections.ConfigDict; {allowed}'
     )
   missing = []  # The highest missing node of each path: `algorithm`, not all its fields.
-  for path in flatten(common.base_config()):
+  for path in flatten(defaults.base_config()):
     gap = _gap(config, path)
     if gap and gap not in missing:
       missing.append(gap)

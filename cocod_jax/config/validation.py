@@ -3,7 +3,7 @@
 `errors(config)` lists every invalid field, one line each, naming the field, the value and what
 is allowed; `validate` raises `errors.UsageError` with them (main.py prints each as `error: ...`
 and exits with status 2). The allowed names are read from the registries where they are defined:
-`algorithms.ALGORITHMS`, `correction.CORRECTIONS`, `compression.DTYPES`, `cluster.BACKENDS`,
+`algorithms.ALGORITHMS`, `correction.CORRECTIONS`, `compression.DTYPES`, `defaults.BACKENDS`,
 `cluster.mpi.STAGINGS`, `models.MODELS`, `input_pipeline.DATASETS`, `schedules.LR_SCALINGS`. No
 data is loaded here: the checks of the data against the config (a batch larger than a worker's
 shard, a model that cannot take the examples) are the plan's (`plan.make_plan`), still before
@@ -18,7 +18,6 @@ change nothing but the run's hash. A config file that sets such a field stays va
 import numbers
 
 from cocod_jax import algorithms
-from cocod_jax import cluster
 from cocod_jax import models
 from cocod_jax import schedules
 from cocod_jax import steps
@@ -28,6 +27,7 @@ from cocod_jax.cluster import compression
 from cocod_jax.cluster import mpi
 from cocod_jax.cluster import period_auto
 from cocod_jax.cluster import ranks
+from cocod_jax.config import defaults
 from cocod_jax.config import errors as errors_lib
 from cocod_jax.data import mnist1d as mnist1d_data
 from cocod_jax.data import npz as npz_data
@@ -78,7 +78,7 @@ def _run_fields(config, v: _Checks) -> None:
       f"algorithm.name={a.name!r}: what is compressed is CoCoD-SGD's snapshot allreduce; allowed: "
       "comm.dtype='float32' and comm.error_feedback=False, or algorithm.name='cocod_sgd'"
     )
-  v.check(config.backend in cluster.BACKENDS, 'backend', config.backend, list(cluster.BACKENDS))
+  v.check(config.backend in defaults.BACKENDS, 'backend', config.backend, list(defaults.BACKENDS))
   v.integer('one_host.devices', config.one_host.devices, 0)
   v.integer('mpi.devices', config.mpi.devices, 0)
   width = config.mpi.workers_per_rank

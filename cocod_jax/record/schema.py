@@ -50,7 +50,7 @@ import json
 import math
 import numbers
 
-from cocod_jax import cluster  # Its package holds only names (BACKENDS); no JAX starts.
+from cocod_jax.config import defaults
 
 EPOCH_FIELDS = {
   'epoch': int,
@@ -81,7 +81,7 @@ OPTIONAL_FIELDS = {
   'restart_compile_s': float,
 }
 STATUSES = ('completed', 'diverged')
-BACKENDS = cluster.BACKENDS  # What results.json's `backend` may say.
+BACKENDS = defaults.BACKENDS  # What results.json's `backend` may say.
 
 
 class SchemaError(ValueError):
