@@ -35,7 +35,9 @@ TOLERANCE = 3.0  # Points.
 FLAGS = flags.FLAGS
 
 
-def machine() -> dict:
+def hardware() -> dict:
+  """The check's hardware, field by field (record/provenance.py `machine` says the machine in one
+  line)."""
   import jax  # pylint: disable=g-import-not-at-top
 
   device = jax.devices()[0]
@@ -114,7 +116,7 @@ def main(argv):
       r = train.train_and_evaluate(config, workdir)
       results[model].append(100.0 * r['final']['test_accuracy'])
   summary = check(results)
-  meta.update(machine=machine(), wall_s=time.perf_counter() - start)
+  meta.update(machine=hardware(), wall_s=time.perf_counter() - start)
   os.makedirs(FLAGS.out, exist_ok=True)
   files.write_json_atomic(
     os.path.join(FLAGS.out, 'mnist1d_check.json'),

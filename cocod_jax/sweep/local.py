@@ -38,7 +38,7 @@ POINT_FIELDS = ('config_file', 'config_arg', 'overrides', 'config', 'hash', 'slu
 
 
 @dataclasses.dataclass
-class Run:
+class Attempt:
   """A run in flight: its point, progress label, process, log (and where this attempt's part of
   it starts), start time and deadline, and whether the deadline ended it."""
 
@@ -115,7 +115,7 @@ def spawn(cmd: list, log, ignored_signals=()) -> subprocess.Popen:
 
 
 def launch(point, cmd, launcher, head, job, label, timeout_s, ignored_signals=()):
-  """Starts `point` (point.json, lock, log) and returns its Run, or None when it is locked.
+  """Starts `point` (point.json, lock, log) and returns its Attempt, or None when it is locked.
 
   Args:
     point: the point.
@@ -128,7 +128,7 @@ def launch(point, cmd, launcher, head, job, label, timeout_s, ignored_signals=()
     ignored_signals: signals the run starts ignoring (a job's tasks: see slurm.py).
 
   Returns:
-    The Run, or None when someone else holds the point's lock.
+    The Attempt, or None when someone else holds the point's lock.
   """
   os.makedirs(point.dir, exist_ok=True)
   if not state_lib.take_lock(point.dir, job):
@@ -144,10 +144,10 @@ def launch(point, cmd, launcher, head, job, label, timeout_s, ignored_signals=()
   proc = spawn(cmd, log, ignored_signals)
   state_lib.note_child(point.dir, proc.pid)
   start = time.monotonic()
-  return Run(point, label, proc, log, offset, start, start + timeout_s)
+  return Attempt(point, label, proc, log, offset, start, start + timeout_s)
 
 
-def finish(run: Run, head: str, keeping_job=None) -> state_lib.State:
+def finish(run: Attempt, head: str, keeping_job=None) -> state_lib.State:
   """Writes status.json of an ended run and releases its lock, unless `keeping_job` (a
   state.Job that requeues itself) keeps it; returns the point's new state (as that job sees
   it)."""
@@ -169,7 +169,7 @@ def finish(run: Run, head: str, keeping_job=None) -> state_lib.State:
   return state_lib.state(run.point, head, keeping_job)
 
 
-def progress(run: Run, s: state_lib.State) -> str:
+def progress(run: Attempt, s: state_lib.State) -> str:
   """The line that says how a run ended."""
   p, wall = run.point, time.monotonic() - run.start
   head = f'{run.label} {os.path.basename(p.dir)} ...'
@@ -200,7 +200,7 @@ def signal_groups(runs, sig) -> None:
       pass
 
 
-def check_deadline(run: Run) -> None:
+def check_deadline(run: Attempt) -> None:
   """SIGTERM to a live run past its deadline (it checkpoints and exits; recorded as timed out),
   SIGKILL KILL_GRACE_S later."""
   now = time.monotonic()

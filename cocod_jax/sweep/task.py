@@ -88,7 +88,7 @@ class PointTask(submitit.helpers.Checkpointable):
   attempt: int = 1
   ended_grace_s: float = ENDED_GRACE_S
   # This attempt's run (rank 0), process and whether it got SIGTERM: never resubmitted.
-  _run: local.Run | None = dataclasses.field(default=None, init=False, repr=False)
+  _run: local.Attempt | None = dataclasses.field(default=None, init=False, repr=False)
   _proc: subprocess.Popen | None = dataclasses.field(default=None, init=False, repr=False)
   _term_sent: bool = dataclasses.field(default=False, init=False, repr=False)
   _head: str = dataclasses.field(default='', init=False, repr=False)
@@ -232,7 +232,9 @@ class PointTask(submitit.helpers.Checkpointable):
     with open(os.path.join(self.point.dir, f'log.rank{rank}.txt'), 'ab') as log:
       self._proc = local.spawn(self.command, log, (_preemption_signal(),))
       start = time.monotonic()
-      run = local.Run(self.point, f'rank {rank}', self._proc, log, 0, start, start + self.timeout_s)
+      run = local.Attempt(
+        self.point, f'rank {rank}', self._proc, log, 0, start, start + self.timeout_s
+      )
       while self._proc.poll() is None:
         if (self._word_of_rank_zero(env) or {}).get('ended'):
           run.deadline = min(run.deadline, time.monotonic() + self.ended_grace_s)
