@@ -12,6 +12,12 @@ not finished `timeout_s` after it was submitted raises `CommTimeout` instead of 
 so does a call submitted `inline`, which its caller would only wait for at once (S-SGD's
 gradients): a hand-over to the thread would add its latency and nothing would overlap.
 
+A call that a blocked main thread never waits for (it sits in another collective, e.g. an epoch's
+metrics, while a partition holds this one) is seen by a watchdog thread instead: once the oldest
+call in flight, on the thread or inline, is `timeout_s` + WATCHDOG_GRACE_S old, it hands the same
+message to `on_stuck` (set by `mpi.abort_on_error`: one line, then the job is ended), since the
+main thread may never return to raise it.
+
 The worker knows nothing about MPI: `cluster/mpi.py` gives it the staging-and-allreduce
 function. Besides the result, each call records the span (start, end) of the work itself, which
 the timeline reports as the communication time `Tc`, and its caller may record `local_span`, the
@@ -24,6 +30,11 @@ import time
 import traceback
 from typing import Any
 from typing import Callable
+
+WATCHDOG_GRACE_S = 1.0  # The watchdog lets a waiting main thread raise CommTimeout first.
+# Called with the CommTimeout message when a call in flight is overdue and nobody raised it;
+# None: the watchdog only records it (`stuck`).
+on_stuck: Callable[[str], None] | None = None
 
 
 class CommError(RuntimeError):
@@ -79,9 +90,36 @@ class BackgroundWorker:
     self.stuck = False  # A call timed out or the thread did not stop: MPI state is unknown.
     self._jobs = queue.Queue()
     self._thread = None
+    self._closed = threading.Event()
     if threaded:
       self._thread = threading.Thread(target=self._serve, name='allreduce', daemon=True)
       self._thread.start()
+    threading.Thread(target=self._watch, name='allreduce-watchdog', daemon=True).start()
+
+  def overdue(self, job: Pending, elapsed: float) -> str:
+    """The one line of a call that has not finished after `elapsed` seconds."""
+    return (
+      f'rank {self.rank}: the allreduce of {job.label} (step {job.step}) has not finished after '
+      f'{elapsed:.1f} s (comm.timeout_s={self.timeout_s:g}); a peer is stuck, dead, far slower '
+      'or cut off'
+    )
+
+  def _watch(self):
+    """Every half second: the oldest call in flight, overdue by WATCHDOG_GRACE_S with no main
+    thread to raise it, goes to `on_stuck` (once)."""
+    while not self._closed.wait(0.5):
+      try:
+        oldest = self.inflight[0]  # The main thread appends and pops meanwhile.
+      except IndexError:
+        continue
+      if oldest.done.is_set():
+        continue
+      elapsed = time.perf_counter() - oldest.submitted
+      if elapsed > self.timeout_s + WATCHDOG_GRACE_S:
+        self.stuck = True
+        if on_stuck is not None:
+          on_stuck(self.overdue(oldest, elapsed))
+        return
 
   @staticmethod
   def _run(job: Pending, fn: Callable[[Pending], Any]):
@@ -127,10 +165,7 @@ class BackgroundWorker:
       elapsed = time.perf_counter() - job.submitted
       if elapsed > self.timeout_s:
         self.stuck = True
-        raise CommTimeout(
-          f'rank {self.rank}: the allreduce of {job.label} has not finished after {elapsed:.1f} s '
-          f'(comm.timeout_s={self.timeout_s:g}); a peer is stuck, dead or far slower'
-        )
+        raise CommTimeout(self.overdue(job, elapsed))
     if self.inflight:
       self.inflight.pop(0)
     if job.error is not None:
@@ -143,6 +178,7 @@ class BackgroundWorker:
 
   def close(self) -> bool:
     """Stops the thread; True when it stopped and no call is left in flight."""
+    self._closed.set()
     if self._thread is not None:
       self._jobs.put(None)
       self._thread.join(timeout=5.0)

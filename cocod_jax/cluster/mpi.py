@@ -42,7 +42,6 @@ control traffic (pre-flight, metrics, barriers) on `self.ctl`, another `Clone()`
 `abort_on_error` turns any failure on one rank into an `MPI_Abort` that ends every rank.
 """
 
-import sys
 import time
 import traceback
 
@@ -291,7 +290,13 @@ def local_devices(world) -> list:
   """
   from mpi4py import MPI  # pylint: disable=g-import-not-at-top
 
-  node = world.Split_type(MPI.COMM_TYPE_SHARED)
+  try:
+    node = world.Split_type(MPI.COMM_TYPE_SHARED)
+  except MPI.Exception as e:  # Not a ValueError: this rank alone failed; the start ends the job.
+    raise RuntimeError(
+      f'MPI could not group the ranks by host ({e}); hosts that share one hostname confuse it: '
+      'give every host a name of its own'
+    ) from e
   local_rank, local_size = node.Get_rank(), node.Get_size()
   node.Free()
   devices = jax.local_devices()
@@ -315,20 +320,29 @@ def abort_on_error(fn, *args):
 
   Without this a rank that fails leaves its peers blocked in the next collective. `SystemExit` is
   passed through: it is raised on every rank alike (a refused config, a pre-flight mismatch, a
-  divergence, which every rank learns from the same allreduce).
+  divergence, which every rank learns from the same allreduce). A collective that times out
+  names the peers it waits for and their hosts, also when the main thread is blocked elsewhere
+  and the communicator's watchdog sees it (`background.on_stuck`). The job is ended by
+  `start.end_job`: MPI_Abort, and the rank leaves by itself when that does not end it in seconds
+  (a peer's host that the launcher cannot reach: a partition).
   """
   from mpi4py import MPI  # pylint: disable=g-import-not-at-top
 
+  from cocod_jax.cluster import start  # pylint: disable=g-import-not-at-top
+
+  rank = MPI.COMM_WORLD.Get_rank()
+  background.on_stuck = lambda message: start.end_job(message + start.waits_for(rank))
   try:
     return fn(*args)
   except SystemExit:
     raise
   except BaseException as e:  # pylint: disable=broad-except
-    rank = MPI.COMM_WORLD.Get_rank()
     message = str(e)
-    if not isinstance(e, (background.CommError, background.CommTimeout)):
+    if isinstance(e, background.CommTimeout):
+      message += start.waits_for(rank)
+    elif not isinstance(e, background.CommError):
       traceback.print_exc()
       message = f'rank {rank}: {type(e).__name__}: {message}'
-    print(f'error: {message}', file=sys.stderr, flush=True)
-    sys.stdout.flush()
-    MPI.COMM_WORLD.Abort(1)
+    start.end_job(message)
+  finally:
+    background.on_stuck = None

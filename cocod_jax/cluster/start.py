@@ -3,9 +3,31 @@ the world's checks and the ranks' agreement on the layout, the XLA CPU device co
 download of a missing TFDS dataset while the other ranks wait (`main.py` calls these in turn).
 
 Nothing here imports JAX or MPI at module level: the environment must be set first.
+
+A rank that fails alone must end the job, not leave the others blocked in a collective (and
+itself in `MPI_Finalize`, which waits for them: a job that failed during the start hung). So
+`mpi()` installs three guards for the rest of the process:
+- an exception that reaches the top of a rank (a failure during the start, outside
+  `mpi.abort_on_error`) prints its traceback and one `error: rank r: ...` line and ends the job
+  (`end_job`);
+- a rank that exits with a non-zero status (a refusal, a divergence, a preemption: normally on
+  every rank alike) first waits up to EXIT_WAIT_S for the others to exit too; if they do not
+  come (it failed alone: say a dataset missing on its host), it says so and leaves without
+  `MPI_Finalize`, and mpirun ends the job;
+- `HOSTS`, every rank's host, for the line that names the peers a stuck collective waits for.
 """
 
+import atexit
 import os
+import sys
+import threading
+import time
+
+START_WAIT_S = 60.0  # How long the ranks may take to all reach the start (their first exchange).
+EXIT_WAIT_S = 10.0  # How long a failing rank waits for the others to exit alike.
+ABORT_WAIT_S = 5.0  # How long MPI_Abort may take before the rank leaves by itself.
+HOSTS: list[str] = []  # HOSTS[r]: the host of rank r (MPI's processor name), set by mpi().
+_state = {'status': None, 'ending': threading.Lock(), 'rank': 0}
 
 
 def cpu_devices(count: int) -> None:
@@ -49,7 +71,97 @@ def mpi():
   rank, size = mpi_lib.world()
   from mpi4py import MPI  # pylint: disable=g-import-not-at-top
 
+  _guard(MPI, rank)
   return rank, size, lambda obj: MPI.COMM_WORLD.bcast(obj, root=0)
+
+
+def waits_for(rank: int) -> str:
+  """'; it waits for rank 1 on h2, ...': the peers of `rank`, by host, other hosts first."""
+  if not HOSTS:
+    return ''
+  others = {}
+  for r, host in enumerate(HOSTS):
+    if r != rank:
+      others.setdefault(host, []).append(r)
+  here = HOSTS[rank] if rank < len(HOSTS) else None
+  parts = [
+    f'rank{"s" if len(rs) > 1 else ""} {", ".join(map(str, rs))} on {host}'
+    + (' (this host)' if host == here else '')
+    for host, rs in sorted(others.items(), key=lambda item: item[0] == here)
+  ]
+  return '; it waits for ' + ', '.join(parts) if parts else ''
+
+
+def end_job(message: str, status: int = 1) -> None:
+  """Prints `error: MESSAGE` and ends every rank (MPI_Abort); a rank whose MPI_Abort has not ended
+  it within ABORT_WAIT_S (the launcher cannot reach a peer's host) leaves by itself. Only the
+  first caller prints; a second waits for the end."""
+  from mpi4py import MPI  # pylint: disable=g-import-not-at-top
+
+  if not _state['ending'].acquire(blocking=False):
+    time.sleep(ABORT_WAIT_S + 1.0)
+    os._exit(status)
+  print(f'error: {message}', file=sys.stderr, flush=True)
+  sys.stdout.flush()
+
+  def leave():
+    time.sleep(ABORT_WAIT_S)
+    os._exit(status)
+
+  threading.Thread(target=leave, name='abort-deadline', daemon=True).start()
+  MPI.COMM_WORLD.Abort(status)
+  leave()
+
+
+def _guard(MPI, rank: int) -> None:  # pylint: disable=invalid-name
+  """The guards of the module docstring (collective: every rank calls it once, at the start)."""
+  _state['rank'] = rank
+  # The first exchange between the ranks, with a deadline: ranks that cannot reach each other
+  # (two hosts under one hostname, which MPI takes for one host; a firewall) would hang here.
+  request = MPI.COMM_WORLD.Ibarrier()
+  deadline = time.monotonic() + START_WAIT_S
+  while not request.Test():
+    if time.monotonic() > deadline:
+      end_job(
+        f'rank {rank} on {MPI.Get_processor_name()}: the ranks did not all reach the start within '
+        f'{START_WAIT_S:g} s: they cannot exchange messages (hosts that share one hostname, which '
+        'MPI takes for one host; a firewall; btl_tcp_if_include naming no common network)'
+      )
+    time.sleep(0.02)
+  HOSTS[:] = MPI.COMM_WORLD.allgather(MPI.Get_processor_name())
+  leaving = MPI.COMM_WORLD.Dup()  # Used only at the exit: nothing else is matched on it.
+  plain_exit = sys.exit
+
+  def exit_(status=None):
+    _state['status'] = status
+    plain_exit(status)
+
+  def uncaught(kind, value, tb):
+    sys.__excepthook__(kind, value, tb)
+    end_job(f'rank {rank}: {kind.__name__}: {value}')
+
+  def leave():
+    status = _state['status']
+    if status is None or status == 0:
+      return  # MPI_Finalize as usual.
+    code = status if isinstance(status, int) else 1
+    request = leaving.Ibarrier()
+    deadline = time.monotonic() + EXIT_WAIT_S
+    while not request.Test():
+      if time.monotonic() > deadline:
+        print(
+          f'error: rank {rank}: exiting with status {code} alone (the other ranks did not exit '
+          f'within {EXIT_WAIT_S:g} s): ending the job',
+          file=sys.stderr,
+          flush=True,
+        )
+        sys.stdout.flush()
+        os._exit(code)
+      time.sleep(0.02)
+
+  sys.exit = exit_
+  sys.excepthook = uncaught
+  atexit.register(leave)  # Runs before mpi4py's MPI_Finalize (registered at its import).
 
 
 def mpi_layout(config, size: int) -> None:
