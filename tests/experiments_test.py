@@ -92,7 +92,8 @@ def _point(algo, task, best, seed=0):
     for e in (1, 2)
   ]  # fmt: skip
   arg = {'algo': algo, 'task': task, 'seed': str(seed)}
-  return common.Point(arg, 'DONE', f'points/{algo}.{task}.s{seed}', 'abcd1234', {'epochs': epochs})
+  results = {'epochs': epochs}
+  return common.Outcome(arg, 'DONE', f'points/{algo}.{task}.s{seed}', 'abcd1234', results)
 
 
 @pytest.fixture
@@ -231,7 +232,7 @@ def test_time_figure_two_seeds_two_links_model_from_the_other_seed(tmp_path):
                'epochs': epochs, 'status': 'completed', 'config': {'algorithm': {'period': 5}},
                'final': {'test_accuracy': accs[-1]}}  # fmt: skip
     arg = {'algo': algo, 'task': 'c10_r18', 'seed': str(seed)}
-    return common.Point(arg, 'DONE', f'p/{algo}{seed}', 'h', results)
+    return common.Outcome(arg, 'DONE', f'p/{algo}{seed}', 'h', results)
 
   link_a = [point('ssgd', 0, (0.7, 0.8, 0.81), 2.0, 0.1, 0.1),
             point('ssgd', 1, (0.7, 0.8, 0.81), 3.0, 0.1, 0.3),
@@ -294,7 +295,7 @@ def test_figure4_model_comes_from_the_calibration_runs(tmp_path, monkeypatch):
       results = {'timing': {'Tp_s': tp, 'Tc_s': tc, 'r': tc / tp}, 'epochs': epochs,
                  'config': {'algorithm': {'period': 5}}}  # fmt: skip
       arg = {'algo': algo, 'workers': str(workers), **({'role': role} if role else {})}
-      return common.Point(arg, 'DONE', f'p/{algo}{workers}{role}', 'h', results)
+      return common.Outcome(arg, 'DONE', f'p/{algo}{workers}{role}', 'h', results)
 
     points = [point(a, n, 0.2, 0.9) for a in ('ssgd', 'cocod_sgd') for n in (1, 2)]
     points += [point('ssgd', n, 0.1, 0.3, 'calibration') for n in (1, 2)]
@@ -338,7 +339,7 @@ def _variant_point(variant, seed, final, times=(1.0, 2.0), state='DONE', extra=N
              'final': {'test_accuracy': final / 100}, 'config': {'algorithm': {'period': 5}},
              **(extra or {})}  # fmt: skip
   arg = {'variant': variant, 'algo': variant, 'task': 'c100_r18', 'seed': str(seed)}
-  return common.Point(arg, state, f'points/{variant}.s{seed}', 'h', results)
+  return common.Outcome(arg, state, f'points/{variant}.s{seed}', 'h', results)
 
 
 def test_corrections_rows_and_rendering(flags_parsed):
@@ -484,7 +485,7 @@ def _overlap_point(variant, task, seed, final, state='DONE', root='points'):
                            'train_time_s': 1.0}],
                'final': {'test_accuracy': final / 100}}  # fmt: skip
   arg = {'variant': variant, 'algo': variant, 'task': task, 'seed': str(seed)}
-  return common.Point(arg, state, f'{root}/{variant}.{task}.s{seed}', 'h', results)
+  return common.Outcome(arg, state, f'{root}/{variant}.{task}.s{seed}', 'h', results)
 
 
 def test_overlap_choice_target_and_rendering(flags_parsed, tmp_path):
@@ -550,10 +551,10 @@ def test_provenance_lists_the_runs_commits(flags_parsed, tmp_path):
     d = tmp_path / 'points' / f'p{i}'
     d.mkdir(parents=True)
     (d / 'point.json').write_text(json.dumps({'commit': commit, 'dirty': dirty}))
-    points.append(common.Point({'seed': str(i)}, 'DONE', str(d), 'h', {'status': 'completed'}))
+    points.append(common.Outcome({'seed': str(i)}, 'DONE', str(d), 'h', {'status': 'completed'}))
   pending = tmp_path / 'points' / 'p3'
   pending.mkdir()
-  points.append(common.Point({'seed': '3'}, 'PENDING', str(pending), 'h', None))  # Not counted.
+  points.append(common.Outcome({'seed': '3'}, 'PENDING', str(pending), 'h', None))  # Not counted.
   data = common.provenance(points, 'one_host')
   assert data['run_commits'] == [{'commit': 'a' * 40, 'dirty': False, 'runs': 2},
                                  {'commit': 'b' * 40, 'dirty': True, 'runs': 1}]  # fmt: skip
@@ -581,7 +582,7 @@ def _timed_point(variant, seed, epoch_s, reach_epoch, hidden, r=0.9, tau=None, f
     results['period_auto'] = {'delay': tau}
   arg = {'variant': variant, 'algo': variant, 'task': 'c10_r18', 'seed': str(seed),
          'timing': 'true'}  # fmt: skip
-  return common.Point(arg, 'DONE', f'points/{variant}.t.s{seed}', 'h', results)
+  return common.Outcome(arg, 'DONE', f'points/{variant}.t.s{seed}', 'h', results)
 
 
 def test_overlap_timing_frontier_and_target(flags_parsed, tmp_path):
@@ -655,7 +656,7 @@ def _long_point(stage, variant, task, seed, final, best=None, epochs=4):
           for e, a in enumerate(acc)]  # fmt: skip
   results = {'status': 'completed', 'epochs': recs, 'final': {'test_accuracy': final / 100}}
   arg = {'stage': stage, 'variant': variant, 'algo': variant, 'task': task, 'seed': str(seed)}
-  return common.Point(arg, 'DONE', f'points/{stage}.{variant}.{task}.s{seed}', 'h', results)
+  return common.Outcome(arg, 'DONE', f'points/{stage}.{variant}.{task}.s{seed}', 'h', results)
 
 
 def test_long_schedule_verdicts_readings_and_curves(flags_parsed, tmp_path):
@@ -704,9 +705,9 @@ def test_long_schedule_verdicts_readings_and_curves(flags_parsed, tmp_path):
 
 
 def test_not_run_groups_the_seeds_of_a_cell():
-  points = [common.Point({'variant': 'a', 'seed': str(s)}, 'PENDING', 'd', 'h', None)
+  points = [common.Outcome({'variant': 'a', 'seed': str(s)}, 'PENDING', 'd', 'h', None)
             for s in range(5)]  # fmt: skip
-  points += [common.Point({'variant': 'b', 'seed': str(s)}, state, 'd', 'h', None)
+  points += [common.Outcome({'variant': 'b', 'seed': str(s)}, state, 'd', 'h', None)
              for s, state in ((1, 'FAILED'), (2, 'DONE'), (3, 'PENDING'))]  # fmt: skip
   missing, line = common.not_run(points, lambda p: p.arg['variant'])
   assert missing == ['a seed 0', 'a seed 1', 'a seed 2', 'a seed 3', 'a seed 4', 'b seed 1',

@@ -98,7 +98,7 @@ def _run(variant, link_seed, epoch_s, top):
   epochs = [{'epoch': e, 'train_time_s': e * epoch_s, 'test_accuracy': top * e / 10}
             for e in range(1, 11)]  # fmt: skip
   arg = {'variant': variant, 'algo': variant, 'task': 'c100_r18', 'seed': str(link_seed)}
-  return common.Point(arg, 'DONE', f'points/{variant}', 'h', {'epochs': epochs})
+  return common.Outcome(arg, 'DONE', f'points/{variant}', 'h', {'epochs': epochs})
 
 
 def test_corrections_figure_on_committed_rows():

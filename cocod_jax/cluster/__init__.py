@@ -8,6 +8,7 @@ collectives `start` / `wait` / `weighted_mean` of a weighted average; `backgroun
 thread that runs MPI collectives beside the training steps.
 """
 
+
 def make(config, fns, weights):
   """The cluster of `config.backend` for the step functions `fns` and the workers' `weights`
   (it reads `num_workers`, its own part `one_host` or `mpi` and `comm`, the workers' speeds and

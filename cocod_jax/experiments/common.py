@@ -2,7 +2,7 @@
 
 Each entry point (`table1` ... `fig6`, `ablation`, `paper`, `overlap`, `long_schedule`) names an
 experiment file of configs/ and an argument; `run` completes that sweep through the resumable runner
-(`cocod_jax.sweep`), reads every point's results and returns them as `Point`s; the renderers turn
+(`cocod_jax.sweep`), reads every point's results and returns them as `Outcome`s; the renderers turn
 them into the artefact's Markdown table, JSON (every number with its provenance: point
 directories, config hashes, the commit, scale, hardware, backend, r) and PNG. Files are written
 atomically into `--workdir`. Accuracies are in percent; "best" is the highest test accuracy of
@@ -39,8 +39,9 @@ COLORS = {
 
 
 @dataclasses.dataclass
-class Point:
-  """One finished point: its cell (the `:`-argument's values), results and provenance."""
+class Outcome:
+  """What the experiments read of one point of a sweep (sweep/points.py's Point), finished or
+  not: its cell (the `:`-argument's values), state, results and provenance."""
 
   arg: dict
   state: str
@@ -72,7 +73,7 @@ def hardware() -> str:
 
 def run(
   experiment, arg: str, timing: bool = False, link: str | None = None, check_empty: bool = True
-) -> list[Point] | None:
+) -> list[Outcome] | None:
   """Completes the sweep of the experiment file `experiment` (a module of configs/) with the
   sweep argument `arg`, and returns its points. Timing sweeps run on `link` (default
   --link_rate). With --report_only a sweep none of whose runs has results is refused unless
@@ -106,7 +107,7 @@ def run(
   if FLAGS.dry_run or FLAGS.launcher == 'slurm':
     return None
   return [
-    Point(
+    Outcome(
       parse_arg(r['config_arg']), r['state'], r['dir'], r['hash'], r.get('results'), r.get('wall_s')
     )  # fmt: skip
     for r in records
@@ -210,7 +211,7 @@ def write_npz(name: str, arrays: dict):
 EXPERIMENT_FLAGS = ('seeds', 'task', 'link_rate', 'timing_links', 'timing_tasks', 'timing_seeds')
 
 
-def run_commits(points: list[Point]) -> list[dict]:
+def run_commits(points: list[Outcome]) -> list[dict]:
   """The commits the points' finished runs were made at, from each point's own point.json (what
   the runner recorded when it started the run): [{'commit', 'dirty', 'runs'}], most runs first.
   Points without results (not run, or still running) are not counted."""
@@ -225,7 +226,7 @@ def run_commits(points: list[Point]) -> list[dict]:
   return sorted(out, key=lambda r: -r['runs'])
 
 
-def not_run(points: list[Point], label) -> tuple[list[str], str]:
+def not_run(points: list[Outcome], label) -> tuple[list[str], str]:
   """The registered runs of `points` that did not finish (neither done nor diverged): each as
   `label(point)` + its seed, and one line for the md that groups them by label ('cocod c100_r18
   seeds 0-4'); 'Every registered run finished.' when none is missing."""
@@ -259,7 +260,7 @@ def provenance_line(data: dict) -> str:
   return f'Rendered at {render}; the runs were made at {made or "(none)"}{mixed}.'
 
 
-def provenance(points: list[Point], backend: str) -> dict:
+def provenance(points: list[Outcome], backend: str) -> dict:
   return {
     'scale': FLAGS.scale,
     'commit': provenance_lib.commit(),
