@@ -166,8 +166,9 @@ def _link(streamed, r, auto=None) -> list:
   points += [_timed('local_sgd', s, base / 2, 4, 0.0, r=r) for s in (0, 1)]
   for s in (0, 1):
     epoch_s, reach, hidden = streamed[s] if isinstance(streamed, list) else streamed
+    per = dict.fromkeys('01234', 4000)  # Bytes a collective, per fragment (as results.json).
     streamed_extra = {'snapshot_allreduce': {'fragments': 5, 'delay': 1,
-                                             'bytes_per_collective': 4000}}  # fmt: skip
+                                             'bytes_per_collective': per}}  # fmt: skip
     points.append(_timed('streamed_5_1', s, epoch_s, reach, hidden, r=r, **streamed_extra))
     points[-1].results['timing'].update(Tc_fragment_s=0.002 * r, r_fragment=0.2 * r)
   if auto:
@@ -216,6 +217,13 @@ def test_targets_c_and_d_on_the_links(flags_parsed):
   assert targets.target_d(timing)['verdict'] == (
     f'MISSED ({R1}: target reached by 1 of 2 seeds)')  # fmt: skip
   assert targets.target_c(timing)['verdict'] == 'not decided (no measurement at r ~ 3)'
+  # No 24-epoch S-SGD run of the timed column: no target, (d) undecided.
+  timing = _timing(
+    {R1: _link((0.55, 4, 0.95), 0.9)}, analysis.accuracy_part([], config.TASKS, config.ACCURACY)
+  )
+  assert targets.target_d(timing)['verdict'] == (
+    f'not decided (no run at {R1} (no target: no 24-epoch S-SGD run of the column), r ~ 3)'
+  )
 
 
 def _mixed():

@@ -47,6 +47,7 @@ from cocod_jax.experiments import streamed_report
 from configs import streamed as config
 
 FLAGS = common.FLAGS
+TIMED_TASK = 'c10_r18'  # Amendment 6's timed column, where --timing_tasks names none.
 
 
 def _run(arg: str, **kwargs):
@@ -66,16 +67,17 @@ def make() -> int:
     return 0
   if FLAGS.timing_links:
     stages['timing'] = {}
+    tasks = FLAGS.timing_tasks or [TIMED_TASK]
     for link in FLAGS.timing_links:
       stages['timing'][link] = {}
-      for task in FLAGS.timing_tasks:
+      for task in tasks:
         arg = f'stage=timing,task={task},seeds={FLAGS.timing_seeds}'
         points = _run(arg, timing=True, link=link, check_empty=False)
         if points is None:
           return 0
         stages['timing'][link][task] = points
     stages['mixed'] = _run('stage=mixed', check_empty=False)
-    arg = f'stage=mixed_timing,task={FLAGS.timing_tasks[0]},seeds={FLAGS.timing_seeds}'
+    arg = f'stage=mixed_timing,task={tasks[0]},seeds={FLAGS.timing_seeds}'
     stages['mixed_timing'] = _run(arg, timing=True, check_empty=False)
     if stages['mixed'] is None or stages['mixed_timing'] is None:
       return 0

@@ -111,8 +111,9 @@ def against_committed(points, committed: dict, tasks) -> dict:
 
 
 def _run_details(points, variants) -> dict:
-  """{variant: the tau each run used, a fragment's Tc and r, the bytes of a collective}: the tau
-  `delay=auto` chose (period_auto) or the one the streamed run recorded, else the config's."""
+  """{variant: the tau each run used, a fragment's Tc and r, the bytes of a collective (each
+  distinct number over its fragments and runs)}: the tau `delay=auto` chose (period_auto) or the
+  one the streamed run recorded, else the config's."""
   _, timed = corrections.timed_runs(points, variants, with_epochs=True)
   out = {}
   for v, runs in timed:
@@ -121,10 +122,11 @@ def _run_details(points, variants) -> dict:
       squeezed = r.get('snapshot_allreduce') or {}
       tau = (r.get('period_auto') or {}).get('delay') or squeezed.get('delay')
       tau = tau or ((r.get('config') or {}).get('algorithm') or {}).get('delay')
-      taus.add(tau)
+      taus.add(tau if isinstance(tau, int) else None)  # (Not 'auto': the tau it took.)
       tc.append((r.get('timing') or {}).get('Tc_fragment_s'))
       rf.append((r.get('timing') or {}).get('r_fragment'))
-      sent.add(squeezed.get('bytes_per_collective'))
+      per = squeezed.get('bytes_per_collective')  # {fragment: bytes}
+      sent.update(per.values() if isinstance(per, dict) else [per])
     out[v] = {
       'tau_used': sorted(t for t in taus if t is not None),
       'tc_fragment_s': _median(tc),

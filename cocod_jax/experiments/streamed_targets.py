@@ -144,6 +144,9 @@ def target_d(timing: dict) -> dict:
     if not found:
       missing.append(f'r ~ {r}')
     for link, part, row in found:
+      if part.get('target') is None:  # No 24-epoch S-SGD run of the column: nothing to reach.
+        missing.append(f'{link} (no target: no 24-epoch S-SGD run of the column)')
+        continue
       seeds = _seed_speedups(part, row)
       per[link] = {'r': r, 'need': need, 'speedups': seeds,
                    'reached': [row['reached'], row['runs']],
