@@ -25,8 +25,6 @@ pytestmark = pytest.mark.slow
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOISE = (0.0, 0.05, -0.05, 0.1, -0.1)  # Per seed, on every variant but S-SGD: an interval.
 R1, R3, R6 = '50mbit/8kb/8000', '18mbit/8kb/8000', '8mbit/8kb/8000'
-# What the experiments read of a point (common.Point, being renamed Outcome: issue 42 item 14).
-OUTCOME = getattr(common, 'Outcome', None) or getattr(common, 'Point')
 
 
 @pytest.fixture
@@ -44,7 +42,7 @@ def _point(stage, variant, task, seed, final, epochs=None, state='DONE', **arg):
   results = None if state == 'PENDING' else {
     'status': 'completed', 'epochs': epochs, 'final': {'test_accuracy': final / 100}}  # fmt: skip
   arg = {'variant': variant, 'algo': variant, 'task': task, 'seed': str(seed), **arg}
-  return OUTCOME(arg, state, f'points/{stage}.{variant}.{task}.s{seed}', 'h', results)
+  return common.Outcome(arg, state, f'points/{stage}.{variant}.{task}.s{seed}', 'h', results)
 
 
 def _stage(stage, tasks, gaps: dict) -> list:
