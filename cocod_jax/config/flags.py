@@ -106,20 +106,20 @@ def define_experiment_flags(replot: bool = False) -> None:
     'timing_links',
     [],
     'The links of the timing runs (RATE[/BURST[/MTU]] each, see --link_rate): Figures 3 and 6 '
-    '(empty: --link_rate alone), the corrections and overlap experiments (empty: their accuracy '
-    'runs alone).',
+    '(empty: --link_rate alone), the corrections, overlap and streamed experiments (empty: their '
+    'accuracy runs alone).',
   )
   flags.DEFINE_list(
     'timing_tasks',
     [],
-    'Figures 3 and 6 and the overlap experiment: the tasks of the timing runs (configs/scales.py '
-    'TASKS); empty: the registered ones.',
+    'Figures 3 and 6 and the overlap and streamed experiments: the tasks of the timing runs '
+    '(configs/scales.py TASKS); empty: the registered ones.',
   )
   flags.DEFINE_integer(
     'timing_seeds',
     1,
-    'The corrections and overlap experiments: timing runs per variant and link (seeds 0, 1, '
-    '...); with more than one the table gives the median and the range.',
+    'The corrections, overlap and streamed experiments: timing runs per variant and link (seeds '
+    '0, 1, ...); with more than one the table gives the median and the range.',
     lower_bound=1,
   )
   if replot:
