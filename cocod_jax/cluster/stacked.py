@@ -1,34 +1,27 @@
-"""The one-host cluster: N workers in one process, stacked on a leading axis, vmapped, sharded.
+"""Workers stacked on a leading axis, vmapped, sharded: what both clusters build on.
 
-Every per-worker array carries a leading worker axis of length N. The step functions of
-`steps.py` are `jax.vmap`ped over it and jitted once; the axis is sharded over a mesh of D local
-devices (D divides N): 16 workers on one GPU (D = 1), 2 per device on 8 GPUs, one per XLA CPU
-device in the multi-device tests. The paper's 16-worker accuracy runs therefore fit on one GPU.
+Every per-worker array carries a leading worker axis of length W, the workers this process
+holds (all N on the one-host cluster, `one_host.py`; one rank's N / R under MPI, `ranks.py`).
+The step functions of `steps.py` are `jax.vmap`ped over it and jitted once; the axis is sharded
+over a mesh of D local devices (D divides W): 16 workers on one GPU (D = 1), 2 per device on 8
+GPUs, one per XLA CPU device in the multi-device tests. `StackedWorkers` is that placement (the
+mesh, the vmapped functions, putting per-worker values onto the worker axis); `choose_devices`
+picks its devices.
 
-`StackedWorkers` is that placement alone (the mesh, the vmapped functions, putting per-worker
-values onto the worker axis); `OneHostCluster` adds the average over all N workers, and
-`cluster/ranks.py` the same W workers per MPI rank with an allreduce between the ranks.
-
-The weighted average `sum_i w_i x_i` is a compiled sum in a fixed order (worker 0 first), after
-every device has received every worker's copy: a resharding copy from the worker axis to all
-devices, then the same program on each device. No device gathers for the others, the result is
-bit for bit the same on 1 device and on N devices, and a sum of two workers is the same
-`w_0 x_0 + w_1 x_1` that MPI's allreduce computes on 2 ranks. Why not a device collective inside
-the program (`psum`, or an all-gather from a sharding constraint): XLA:CPU runs those through an
-in-process rendezvous that deadlocked here with more emulated devices than cores (measured: 8
-devices on 2 cores, "Expected 8 threads to join the rendezvous, but only 7 of them arrived").
-
-With the average, each worker's contribution is tested for NaN and Inf; `wait` raises
-`background.Diverged` naming the workers before any state takes the average in.
-
-This runtime reproduces the numbers of a cluster, not its time: workers that share a device run
-one after the other inside one vmapped program, and communication is a copy between devices.
-Wall-clock results (Tp, Tc, speedups) come from the MPI runtime (`cluster/ranks.py`).
+The sums over the worker axis are here too, the one place where workers' copies are added up:
+`weighted_sum`, and for CoCoD-SGD's compressed snapshot allreduce, `encode_sender` (one
+sender's message), `average_of` and `error_rows`. The weighted sum `sum_i w_i x_i` is a compiled
+sum in a fixed order (worker 0 first), after every device has received every worker's copy: a
+resharding copy from the worker axis to all devices, then the same program on each device. No
+device gathers for the others, the result is bit for bit the same on 1 device and on N devices,
+and a sum of two workers is the same `w_0 x_0 + w_1 x_1` that MPI's allreduce computes on 2
+ranks. Why not a device collective inside the program (`psum`, or an all-gather from a sharding
+constraint): XLA:CPU runs those through an in-process rendezvous that deadlocked here with more
+emulated devices than cores (measured: 8 devices on 2 cores, "Expected 8 threads to join the
+rendezvous, but only 7 of them arrived").
 """
 
-from typing import Any
 from typing import Callable
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -36,19 +29,9 @@ import numpy as np
 
 from cocod_jax import steps as steps_lib
 from cocod_jax.algorithms import correction
-from cocod_jax.cluster import background
 from cocod_jax.cluster import compression
 
 AXIS = 'workers'
-
-
-class Done(NamedTuple):
-  """A collective of the one-host cluster: dispatched at `start`, checked at `wait`."""
-
-  value: Any
-  bad: jax.Array  # [N] 1 where a worker's contribution was not finite.
-  label: str
-  step: int
 
 
 def choose_devices(
@@ -105,12 +88,6 @@ def weighted_sum(tree, w):
   return jax.tree.map(one, tree), bad
 
 
-def _weighted_total(tree, w):
-  """`weighted_sum`, broadcast back to every worker; and the bad workers."""
-  total, bad = weighted_sum(tree, w)
-  return jax.tree.map(lambda t, a: jnp.broadcast_to(t, a.shape), total, tree), bad
-
-
 def encode_sender(leaves, ref_leaves, error_row, w, codec: compression.Codec):
   """One sender's compressed message (`compression.py`): its workers' `w_i (s_i - r)` summed in
   worker order, plus its error. The one place both runtimes build a message (pure, jittable).
@@ -149,35 +126,6 @@ def error_rows(errors, like, group: int):
       rows = rows.at[g * group].set(err[j])
     out.append(rows)
   return out
-
-
-def _compressed_total(tree, ref, error, w, codec, group):
-  """The compressed average of the one-host cluster: one message per `group` workers, as MPI
-  ranks of that many workers would send them; also the float32 average's rounding statistics
-  (`compression.error_stats`), and the next error (None without error feedback)."""
-  leaves, treedef = jax.tree.flatten(tree)
-  ref_leaves = jax.tree.leaves(ref)
-  n = leaves[0].shape[0]
-  decoded, errors, bad = [], [], []
-  for g in range(n // group):
-    part = slice(g * group, (g + 1) * group)
-    row = None if error is None else [e[g * group] for e in jax.tree.leaves(error)]
-    _, _, got, err, flags = encode_sender(
-      [a[part] for a in leaves], [r[part] for r in ref_leaves], row, w[part], codec
-    )
-    decoded.append(got)
-    errors.append(err)
-    bad.append(flags)
-  averaged = average_of(decoded, ref_leaves)
-  exact, _ = weighted_sum(leaves, w)
-  stats = compression.error_stats(averaged, exact, [r[0] for r in ref_leaves])
-  spread = lambda xs: jax.tree.unflatten(
-    treedef, [jnp.broadcast_to(x, a.shape) for x, a in zip(xs, leaves)]
-  )
-  new_error = None
-  if codec.error_feedback:
-    new_error = jax.tree.unflatten(treedef, error_rows(errors, leaves, group))
-  return (spread(averaged), new_error, stats), jnp.concatenate(bad)
 
 
 class StackedWorkers:
@@ -272,99 +220,3 @@ class StackedWorkers:
     per_worker = np.mean(jax.device_get(jnp.stack(losses)), axis=0)
     bad = [self.workers[j] for j in np.flatnonzero(~np.isfinite(per_worker))]
     return per_worker, bad
-
-
-class OneHostCluster(StackedWorkers):
-  """All workers in this process (see the module docstring).
-
-  Args:
-    fns: the per-worker step functions.
-    config: the validated config (`num_workers`, `one_host.devices`).
-    weights: `w_i` of every worker.
-  """
-
-  backend = 'one_host'
-  rank = 0
-  processes = 1
-  is_chief = True
-
-  def __init__(self, fns: steps_lib.StepFns, config, weights):
-    self.num_workers = config.num_workers
-    devices = choose_devices(self.num_workers, config.one_host.devices, jax.devices())
-    tx = correction.from_config(config.algorithm)
-    super().__init__(fns, range(self.num_workers), weights, devices, tx)
-    self._w = jax.device_put(np.asarray(weights, np.float32), self.replicated)
-    self._total = jax.jit(_weighted_total, out_shardings=(self.sharded, self.replicated))
-    self.codec = compression.from_config(config)
-    # Senders of the compressed snapshot allreduce: groups of mpi.workers_per_rank workers, as
-    # MPI ranks of that many workers would send (0: one worker each, a rank per worker).
-    self.group = config.mpi.workers_per_rank or 1
-    self._compressed = jax.jit(
-      _compressed_total,
-      static_argnums=(4, 5),
-      out_shardings=((self.sharded, self.sharded, self.replicated), self.replicated),
-    )
-
-  def any(self, *flags: bool) -> tuple[bool, ...]:
-    """For each flag, whether any process raised it (here: the one process)."""
-    return tuple(bool(f) for f in flags)
-
-  def agree(self, value):
-    """The value every process holds (here: the one process's)."""
-    return value
-
-  # ------------------------------------------------------------------ collectives
-
-  def start(self, tree, label='', step=-1, blocking=False, timed=False):
-    """Dispatches `sum_i w_i tree_i` (JAX runs it asynchronously); `wait` returns it."""
-    del blocking, timed  # Nothing runs in the background here, and nothing is timed.
-    value, bad = self._total(jax.device_put(tree, self.replicated), self._w)
-    return Done(value, bad, label, step)
-
-  def start_compressed(self, tree, ref, error, label='', step=-1, timed=False):
-    """Dispatches CoCoD-SGD's compressed snapshot average (`self.codec`, `compression.py`) of
-    `tree` against the reference `ref` with the senders' `error` (None: zeros); `wait`
-    returns (the average, the next error, [3] rounding statistics)."""
-    del timed  # Nothing is timed here.
-    args = (tree, ref, error, self._w, self.codec, self.group)
-    value, bad = self._compressed(*jax.device_put(args[:3], self.replicated), *args[3:])
-    return Done(value, bad, label, step)
-
-  def payload_bytes(self, tree) -> int:
-    """Bytes of one sender's compressed message of `tree` ([N, ...] leaves)."""
-    shapes = [a.shape[1:] for a in jax.tree.leaves(tree)]
-    return compression.payload_bytes(shapes, self.codec.dtype)
-
-  def staged_bytes(self, tree) -> int:
-    """Bytes of one worker's copy of `tree` ([N, ...] leaves): what a sender would send."""
-    return int(sum(a.nbytes // a.shape[0] for a in jax.tree.leaves(tree)))
-
-  def wait(self, handle: Done):
-    """The average of a started collective; raises Diverged if a contribution was not finite."""
-    bad = np.asarray(jax.device_get(handle.bad))
-    if bad.any():
-      raise background.Diverged(np.flatnonzero(bad).tolist(), handle.step, handle.label)
-    return handle.value
-
-  def weighted_mean(self, tree, label='', step=-1):
-    return self.wait(self.start(tree, label, step))
-
-  # ------------------------------------------------------------------ the rest of the interface
-
-  def mean_loss(self, losses) -> tuple[float, list[int]]:
-    """The epoch's training loss `sum_i w_i mean_t loss_i,t`, and the workers whose mean loss
-    is not finite (one transfer of the [steps, N] losses)."""
-    per_worker, bad = self.local_losses(losses)
-    return float(per_worker @ np.asarray(self.weights)), bad
-
-  def preflight(self, record, state):
-    pass  # One process: one config, one state.
-
-  def barrier(self):
-    pass
-
-  def gather(self, obj):
-    return [obj]
-
-  def close(self):
-    pass
