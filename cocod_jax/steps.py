@@ -12,9 +12,9 @@ gradient), only so that MNIST-1D's published recipe can be rerun as its authors 
 published check); the buffer `momentum` then holds Adam's two moments {'mu', 'nu'}, and the bias
 correction counts the worker's own steps.
 
-Nothing here knows how many workers there are or where they run: `cluster/one_host.py` maps
-these functions over a leading worker axis with `jax.vmap`, and `cluster/ranks.py` does the
-same for the W workers of each MPI rank. A worker's batch is chosen on the device from the
+Nothing here knows how many workers there are or where they run: `cluster/stacked.py` maps
+these functions over a leading worker axis with `jax.vmap`, for all N workers on the one-host
+cluster and for the W workers of each MPI rank. A worker's batch is chosen on the device from the
 epoch's index table and the worker's own step counter, so the loop uploads indices once per
 epoch, not every step.
 """

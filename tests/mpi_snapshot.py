@@ -18,15 +18,15 @@ import numpy as np  # noqa: E402
 
 from cocod_jax.cluster import background  # noqa: E402
 from cocod_jax.cluster import mpi  # noqa: E402
-from cocod_jax.cluster import one_host  # noqa: E402
+from cocod_jax.cluster import stacked  # noqa: E402
 
 # Two ranks of one worker; two ranks of two workers (rank 0: workers 0, 1; rank 1: 2, 3).
 WEIGHTS = {1: (0.25, 0.75), 2: (0.1, 0.2, 0.3, 0.4)}
 
 
 def _sharding(width):
-  mesh = jax.sharding.Mesh(np.array(jax.devices()[:width]), (one_host.AXIS,))
-  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(one_host.AXIS))
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:width]), (stacked.AXIS,))
+  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(stacked.AXIS))
 
 
 def check(staging, rank, width):

@@ -13,6 +13,7 @@ import pytest
 from cocod_jax import train
 from cocod_jax.cluster import background
 from cocod_jax.cluster import one_host
+from cocod_jax.cluster import stacked
 from tests import helpers
 
 # It trains on 8 devices: left out of make test-fast.
@@ -61,15 +62,15 @@ def test_sixteen_workers_on_one_device(tmp_path):
 
 def test_choose_devices():
   devices = jax.devices('cpu')[:8]
-  assert len(one_host.choose_devices(16, 0, devices)) == 8
-  assert len(one_host.choose_devices(6, 0, devices)) == 6
-  assert len(one_host.choose_devices(9, 0, devices)) == 3  # The largest divisor of 9 up to 8.
-  assert len(one_host.choose_devices(7, 0, devices[:2])) == 1
-  assert len(one_host.choose_devices(4, 2, devices)) == 2
+  assert len(stacked.choose_devices(16, 0, devices)) == 8
+  assert len(stacked.choose_devices(6, 0, devices)) == 6
+  assert len(stacked.choose_devices(9, 0, devices)) == 3  # The largest divisor of 9 up to 8.
+  assert len(stacked.choose_devices(7, 0, devices[:2])) == 1
+  assert len(stacked.choose_devices(4, 2, devices)) == 2
   with pytest.raises(ValueError, match='one_host.devices=3'):
-    one_host.choose_devices(4, 3, devices)
+    stacked.choose_devices(4, 3, devices)
   with pytest.raises(ValueError, match='at most 8'):
-    one_host.choose_devices(16, 16, devices)
+    stacked.choose_devices(16, 16, devices)
 
 
 class _Config:

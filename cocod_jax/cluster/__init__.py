@@ -1,7 +1,7 @@
 """Where the workers run: `one_host` (all of them in this process, `one_host.py`) or `mpi` (MPI
 ranks of num_workers / R workers each, `ranks.py`, with the communicator of `mpi.py`).
 
-Both clusters hold their workers alike (`one_host.StackedWorkers`) and offer the same interface
+Both clusters hold their workers alike (`stacked.StackedWorkers`) and offer the same interface
 to the algorithms: the per-worker step functions compiled for their devices (`compute_grads`,
 `apply_update`, `local_step`, `skip_step`, `snapshot`, `correct`, `eval_step`) and the
 collectives `start` / `wait` / `weighted_mean` of a weighted average; `background.py` holds the

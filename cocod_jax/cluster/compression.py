@@ -20,8 +20,9 @@ Error feedback (`e`): what rounding lost, `e <- v - D(Q(v))`, is added to the se
 message, so the sum over rounds of what was sent equals the sum of the updates up to the last
 round's rounding. Without it `e = 0`.
 
-The functions here are pure and jittable; the clusters run them (`cluster/one_host.py` in one
-program, `cluster/mpi.py` before and after an MPI allgather of the payloads).
+The functions here are pure and jittable; the clusters run them (`cluster/stacked.py`, on the
+one-host cluster in one program, `cluster/mpi.py` before and after an MPI allgather of the
+payloads).
 """
 
 from typing import NamedTuple

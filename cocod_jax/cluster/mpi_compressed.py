@@ -23,7 +23,7 @@ import numpy as np
 
 from cocod_jax.cluster import background
 from cocod_jax.cluster import compression
-from cocod_jax.cluster import one_host
+from cocod_jax.cluster import stacked
 
 WIRE = {
   'float32': np.float32,
@@ -68,8 +68,8 @@ class Coder:
     def encode(tree, ref, error):
       leaves, ref_leaves = jax.tree.leaves(tree), jax.tree.leaves(ref)
       row = None if error is None else [e[0] for e in jax.tree.leaves(error)]
-      payloads, scales, _, err, bad = one_host.encode_sender(leaves, ref_leaves, row, w, codec)
-      rows = None if err is None else one_host.error_rows([err], leaves, width)
+      payloads, scales, _, err, bad = stacked.encode_sender(leaves, ref_leaves, row, w, codec)
+      rows = None if err is None else stacked.error_rows([err], leaves, width)
       return payloads, scales, rows, bad
 
     self._encode = jax.jit(encode)
@@ -80,7 +80,7 @@ class Coder:
         for payloads, s in zip(payloads_by_rank, scales_by_rank)
       ]
       ref_leaves = jax.tree.leaves(ref)
-      average = one_host.average_of(decoded, ref_leaves)
+      average = stacked.average_of(decoded, ref_leaves)
       return [jnp.broadcast_to(a, r.shape) for a, r in zip(average, ref_leaves)]
 
     self._combine = jax.jit(combine, out_shardings=sharding)

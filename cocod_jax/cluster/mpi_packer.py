@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cocod_jax.cluster import one_host
+from cocod_jax.cluster import stacked
 
 SMALL_PAYLOAD_BYTES = 1 << 20
 
@@ -62,12 +62,12 @@ class Packer:
     w = jax.device_put(self.weights, self.device)
 
     def local_sum(t, w):
-      total, bad = one_host.weighted_sum(t, w)
+      total, bad = stacked.weighted_sum(t, w)
       return jax.tree.leaves(total), bad
 
     local_sum = jax.jit(local_sum)
     # The workers' copies go to the first device, then one program adds them up there: no
-    # collective inside a program (see one_host's docstring), the same bits on any device count.
+    # collective inside a program (see stacked.py's docstring), the same bits on any device count.
     if self.single:
       self.scale = lambda t: local_sum(t, w)
     else:

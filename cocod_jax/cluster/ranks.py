@@ -2,7 +2,7 @@
 
 The usual multi-host layout is one process per host driving that host's devices; one process per
 worker (W = 1) is the special case. A rank holds its W workers exactly as the one-host cluster
-holds all of them (`one_host.StackedWorkers`: stacked on a leading axis, the step functions
+holds all of them (`stacked.StackedWorkers`: stacked on a leading axis, the step functions
 vmapped over it, the axis sharded over the rank's local devices), and its workers are the
 contiguous block `r W, ..., r W + W - 1` of the cluster's (so `worker_speeds` and shards are
 listed in that order). A round's average `sum_i w_i x_i`:
@@ -37,7 +37,7 @@ from cocod_jax import steps as steps_lib
 from cocod_jax.algorithms import correction
 from cocod_jax.cluster import compression
 from cocod_jax.cluster import mpi
-from cocod_jax.cluster import one_host
+from cocod_jax.cluster import stacked
 from cocod_jax.config import files as config_files
 
 
@@ -88,7 +88,7 @@ def rank_devices(config, world) -> list:
   width = workers_per_rank(config.num_workers, size, config.mpi.workers_per_rank)
   whose = f'the {width} workers of each rank (num_workers={config.num_workers} on {size} ranks)'
   pool = mpi.local_devices(world)
-  return one_host.choose_devices(width, config.mpi.devices, pool, 'mpi.devices', whose)
+  return stacked.choose_devices(width, config.mpi.devices, pool, 'mpi.devices', whose)
 
 
 def agree_on_layout(config) -> None:
@@ -128,7 +128,7 @@ def agree_on_layout(config) -> None:
       )
 
 
-class RanksCluster(one_host.StackedWorkers):
+class RanksCluster(stacked.StackedWorkers):
   """This rank's W workers and the communicator between the ranks (see the module docstring).
 
   Args:
