@@ -98,7 +98,7 @@ up() {
   [ "$n" -le 250 ] || die "at most 250 hosts" 2
   [ -z "$(hosts)" ] && ! ip netns list | grep -q "^$head " ||
     die "hosts are already up ($(hosts | tr '\n' ' ')); run '$0 down' first" 2
-  trap 'down; exit 130' INT TERM
+  trap 'down; exit 130' INT TERM HUP
   trap 'status=$?; [ "$status" = 0 ] || down' EXIT
   mkdir -p "$dir"
   ip netns add "$head"
@@ -135,7 +135,7 @@ EOF
     "--prtemca oob_tcp_if_include $subnet.0/24 --prtemca oob_tcp_keepalive_time 10" \
     "--prtemca oob_tcp_keepalive_intvl 5 --prtemca oob_tcp_keepalive_probes 6" >"$dir/mpirun_args"
   echo "${rate:-unshaped} ${delay:-0}" >"$dir/link"
-  trap - INT TERM EXIT
+  trap - INT TERM HUP EXIT
   echo "hosts_local: $n hosts h1..h$n ($subnet.1-$n, link ${rate:-unshaped}), launch node" \
     "$head; hostfile $dir/hostfile; $0 exec -- cmd runs a launch"
 }

@@ -62,9 +62,14 @@ def _reset(hostfiles):
   _hosts('reset', check=False)
 
 
-def launch(hostfile, np_, args, fault=None, per_node=True, silent_s=120):
-  """launch/mpirun.sh on the launch node of the emulated hosts; `fault(workdir)` runs once the
-  job has written WORKDIR/paused (tests/faults.py's pause_at_step), and the result gains
+def _paused(workdir):
+  return os.path.exists(os.path.join(workdir, 'paused'))
+
+
+def launch(hostfile, np_, args, fault=None, per_node=True, silent_s=120, when=_paused):
+  """launch/mpirun.sh on the launch node of the emulated hosts; `fault(workdir)` runs once
+  `when(workdir)` (default: the job has written WORKDIR/paused, tests/faults.py's
+  pause_at_step), and the result gains
   `after_fault` (seconds from the fault to the job's end) and `lines` (each output line with
   its time after the fault)."""
   cmd = [HOSTS, 'exec', '--', mpi_helpers.MPIRUN, '--hostfile', hostfile]
@@ -83,7 +88,7 @@ def launch(hostfile, np_, args, fault=None, per_node=True, silent_s=120):
   reader = threading.Thread(target=read, daemon=True)
   reader.start()
   while p.poll() is None and time.monotonic() - last[0] < silent_s:
-    if fault and fault_at[0] is None and os.path.exists(os.path.join(workdir, 'paused')):
+    if fault and fault_at[0] is None and when(workdir):
       fault_at[0] = time.monotonic()
       fault(workdir)
     time.sleep(0.05)
@@ -203,18 +208,50 @@ def test_host_lost_whole_ends_the_job_then_rerun_resumes(straight, hostfiles, tm
 
 
 def test_slow_link_mid_run_finishes_and_its_timing_shows_it(straight, hostfiles, tmp_path):
-  # The link at 10mbit, then at a tenth of that from step 10 on: the same model, a larger Tc
-  # (a bucket of 3 kB: the linear model's allreduce is 2.6 kB, which a larger one lets through).
+  # The link at 10mbit, then at a tenth of that once the first epoch is recorded: the same
+  # model, a larger Tc (a bucket of 3 kB: the linear model's allreduce is 2.6 kB, which a larger
+  # one lets through). No pause: a paused step would count in Tp.
   workdir = tmp_path / 'run'
   _hosts('shape', '--rate', '10mbit', '--burst', '3kb')
-  p = launch(hostfiles[0], 2, _faulty(workdir, 10),
+
+  def first_epoch(w):
+    path = os.path.join(w, 'metrics.jsonl')
+    return os.path.exists(path) and os.path.getsize(path) > 0
+
+  p = launch(hostfiles[0], 2, _main(workdir), when=first_epoch,
              fault=lambda _: _hosts('shape', '--rate', '1mbit', '--burst', '3kb'))  # fmt: skip
   assert p.returncode == 0, p.stdout[-4000:]
   _assert_same(_params(workdir), _params(straight))
   fast, slow = _timing(straight), _timing(workdir)
   print(f'slow link: Tc {fast["Tc_s"] * 1e3:.2f} -> {slow["Tc_s"] * 1e3:.2f} ms, '
         f'r {fast["r"]:.2f} -> {slow["r"]:.2f}')  # fmt: skip
-  # Measured: Tc 1.74 -> 8.35 ms, r 1.86 -> 5.36 (the mean from epoch 1 holds 3 steps at 10mbit;
-  # Tp moves with the load of the 2 cores, so r is held to less).
+  # Tp moves with the load of the 2 cores (shared), so r is held to less than Tc.
   assert slow['Tc_s'] > 3 * fast['Tc_s']
   assert slow['r'] > 1.5 * fast['r']
+
+
+def test_hosts_under_one_hostname_end_the_job_at_the_start(hostfiles, tmp_path):
+  # Both daemons set the hostname `node`: MPI takes the two hosts for one, and its grouping of
+  # the ranks by host fails on one rank (MPI_ERR_TRUNCATE), which hung the job. Measured: the
+  # job ends 4.4 s after its launch with one line naming the likely cause.
+  where = os.path.dirname(_hosts('hostfile').stdout.strip())
+  with open(os.path.join(where, 'agent')) as f:
+    agent = f.read().replace('hostname "$0"', 'hostname node')
+  (tmp_path / 'agent').write_text(agent)
+  (tmp_path / 'agent').chmod(0o755)
+  with open(os.path.join(where, 'mpirun_args')) as f:
+    args = f.read().replace(os.path.join(where, 'agent'), str(tmp_path / 'agent'))
+  env = dict(mpi_helpers.env(), MPIRUN_ARGS=args)
+  cmd = ['ip', 'netns', 'exec', os.environ.get('HOSTS_LOCAL_PREFIX', 'cocodh-') + 'head',
+         mpi_helpers.MPIRUN, '--hostfile', hostfiles[0], '--per-node', '-np', '2',
+         *_main(tmp_path / 'run')]  # fmt: skip
+  start = time.monotonic()
+  p = subprocess.run(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                     text=True, timeout=150)  # fmt: skip
+  elapsed = time.monotonic() - start
+  print(f'one hostname for two hosts: the job ended {elapsed:.1f} s after its launch')
+  assert p.returncode != 0
+  assert 'MPI could not group the ranks by host' in p.stderr or 'did not all reach the start' in (
+    p.stderr
+  ), p.stderr[-3000:]
+  assert elapsed < 90

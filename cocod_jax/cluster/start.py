@@ -118,7 +118,14 @@ def _guard(MPI, rank: int) -> None:  # pylint: disable=invalid-name
   _state['rank'] = rank
   # The first exchange between the ranks, with a deadline: ranks that cannot reach each other
   # (two hosts under one hostname, which MPI takes for one host; a firewall) would hang here.
-  request = MPI.COMM_WORLD.Ibarrier()
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  width = MPI.MAX_PROCESSOR_NAME
+  name = np.zeros(width, np.uint8)
+  mine = MPI.Get_processor_name().encode()[:width]
+  name[: len(mine)] = np.frombuffer(mine, np.uint8)
+  names = np.zeros((MPI.COMM_WORLD.Get_size(), width), np.uint8)
+  request = MPI.COMM_WORLD.Iallgather(name, names)
   deadline = time.monotonic() + START_WAIT_S
   while not request.Test():
     if time.monotonic() > deadline:
@@ -128,7 +135,7 @@ def _guard(MPI, rank: int) -> None:  # pylint: disable=invalid-name
         'MPI takes for one host; a firewall; btl_tcp_if_include naming no common network)'
       )
     time.sleep(0.02)
-  HOSTS[:] = MPI.COMM_WORLD.allgather(MPI.Get_processor_name())
+  HOSTS[:] = [bytes(row).rstrip(b'\0').decode(errors='replace') for row in names]
   leaving = MPI.COMM_WORLD.Dup()  # Used only at the exit: nothing else is matched on it.
   plain_exit = sys.exit
 
