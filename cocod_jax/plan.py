@@ -17,6 +17,7 @@ import numpy as np
 
 from cocod_jax import models
 from cocod_jax import schedules
+from cocod_jax import shares
 from cocod_jax import steps as steps_lib
 from cocod_jax.data import pipeline as input_pipeline
 
@@ -35,7 +36,7 @@ class Plan(NamedTuple):
   model: Any
   fns: steps_lib.StepFns
   lr_fn: Callable  # lr_t of a global step (schedules.learning_rate_fn), the only one built
-  local_periods: Callable[[int], list[int]]  # k -> k_i of every worker (schedules.local_periods)
+  local_periods: Callable[[int], list[int]]  # k -> k_i of every worker (shares.local_periods)
   speeds: list[float]  # C_i
   seed: int
   shuffle: bool  # dataset.shuffle: each epoch's batches drawn in a new order
@@ -60,15 +61,15 @@ def make_plan(config, dataset) -> Plan:
     Each one line, before anything is written.
   """
   k = 1 if config.algorithm.period == AUTO else config.algorithm.period
-  sizes = schedules.batch_sizes(config)
+  sizes = shares.batch_sizes(config)
   input_pipeline.check_batches(len(dataset.x_train), sizes, config.batch_size)
   model = models.get_model(config.model.name, dataset.num_classes)
   d = config.dataset
   where = f'dataset.path={d.path!r}' if d.name == 'npz' else f'dataset.name={d.name!r}'
   models.check_input(model, config.model.name, tuple(dataset.x_train.shape[1:]), where)
-  periods = schedules.local_periods(config, k)
+  periods = shares.local_periods(config, k)
   shards = input_pipeline.shard_indices(
-    len(dataset.x_train), schedules.shard_weights(sizes, periods), d.shuffle, config.seed
+    len(dataset.x_train), shares.shard_weights(sizes, periods), d.shuffle, config.seed
   )
   rows = [len(s) // m for s, m in zip(shards, sizes)]
   # An epoch ends when the first worker has used its whole shard (k_i = k: its rows).
@@ -78,7 +79,7 @@ def make_plan(config, dataset) -> Plan:
   fns = steps_lib.make_step_fns(model, config.optimizer, lr_fn, dataset.normalize, augment_on)
   return Plan(
     sizes=sizes,
-    weights=schedules.worker_weights(sizes),
+    weights=shares.worker_weights(sizes),
     shards=shards,
     rows=rows,
     steps_per_epoch=steps_per_epoch,
@@ -86,8 +87,8 @@ def make_plan(config, dataset) -> Plan:
     model=model,
     fns=fns,
     lr_fn=lr_fn,
-    local_periods=lambda k: schedules.local_periods(config, k),
-    speeds=schedules.speeds(config),
+    local_periods=lambda k: shares.local_periods(config, k),
+    speeds=shares.speeds(config),
     seed=config.seed,
     shuffle=bool(d.shuffle),
     optimizer=config.optimizer.name,

@@ -13,7 +13,7 @@ import os
 import flax
 import numpy as np
 
-from cocod_jax import schedules
+from cocod_jax import shares
 from cocod_jax import timeline as timeline_lib
 from cocod_jax.record import files
 from cocod_jax.record import workdir as workdir_lib
@@ -76,7 +76,7 @@ class Recorder:
       steps_per_epoch=plan.steps_per_epoch,
       train_examples=len(dataset.y_train),
       test_examples=len(dataset.y_test),  # Tables judge accuracy gaps against this resolution.
-      workers=schedules.worker_table(plan.speeds, plan.sizes, plan.local_periods(period)),
+      workers=shares.worker_table(plan.speeds, plan.sizes, plan.local_periods(period)),
       layout=cluster.layout(),
       epochs=self.records,
     )
@@ -84,10 +84,10 @@ class Recorder:
       self.results['period_auto'] = auto
     waiting = [w for w in self.results['workers'] if w['idle_fraction_model'] > 0]
     if waiting and self.enabled:
-      shares = ', '.join(f'{w["idle_fraction_model"]:.0%}' for w in waiting)
+      idle = ', '.join(f'{w["idle_fraction_model"]:.0%}' for w in waiting)
       print(
         f'heterogeneous cluster without balance: workers {[w["worker"] for w in waiting]} wait '
-        f'for the slowest, {shares} of each round by the time model (results.json: workers; '
+        f'for the slowest, {idle} of each round by the time model (results.json: workers; '
         'under MPI the measured waits are timing.ranks[r].exposed_comm_s)',
         flush=True,
       )

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from cocod_jax import schedules
+from cocod_jax import shares
 from cocod_jax.algorithms import correction
 
 
@@ -33,7 +33,7 @@ def test_one_worker_correction_is_identity():
 
 
 def test_worker_weights():
-  assert schedules.worker_weights([32, 64, 32]) == [0.25, 0.5, 0.25]
+  assert shares.worker_weights([32, 64, 32]) == [0.25, 0.5, 0.25]
 
 
 def _by_hand(tx, state, xs=(2.0, 4.0), average=3.0):

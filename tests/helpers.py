@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from cocod_jax import schedules
+from cocod_jax import shares
 from cocod_jax import train
 from cocod_jax.config import validation as config_validation
 from cocod_jax.record import checkpoints
@@ -63,7 +63,7 @@ def lr_warmup(c, base=0.05, epochs=2):
   c.optimizer.learning_rate = base
   c.optimizer.lr_scaling = 'linear'
   c.optimizer.warmup_epochs = epochs
-  peak = base * sum(schedules.batch_sizes(c)) / c.batch_size
+  peak = base * sum(shares.batch_sizes(c)) / c.batch_size
 
   def lr(t, steps_per_epoch):
     warm = epochs * steps_per_epoch

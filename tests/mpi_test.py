@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from cocod_jax import algorithms
-from cocod_jax import schedules
+from cocod_jax import shares
 from cocod_jax import train
 from cocod_jax.algorithms import base as algorithms_base
 from cocod_jax.data import pipeline as input_pipeline
@@ -93,7 +93,7 @@ def test_mpi_equals_one_host_linear_four_unequal_ranks(tmp_path, algorithm):
   c = helpers.small_config(
     path, algorithm, workers=4, batch=10, epochs=5, period=2, speeds=(1.0, 2.0, 1.0, 2.0)
   )
-  assert schedules.batch_sizes(c) == [10, 20, 10, 20]
+  assert shares.batch_sizes(c) == [10, 20, 10, 20]
   train.train_and_evaluate(c, str(tmp_path / 'one'))
   _run_mpi(c, tmp_path / 'mpi')
   one, mpi = _params(tmp_path / 'one'), _params(tmp_path / 'mpi')

@@ -28,7 +28,7 @@ import sys
 import numpy as np
 import pytest
 
-from cocod_jax import schedules
+from cocod_jax import shares
 from cocod_jax import train
 from cocod_jax.cluster import ranks
 from cocod_jax.config import validation as config_validation
@@ -176,7 +176,7 @@ def test_ranks_equal_one_host_and_reference(tmp_path, launch, algorithm, width):
     np.testing.assert_allclose(got[k], v, rtol=rtol, atol=atol, err_msg=k)
   x, y = extra['data']
   speeds = LAYOUTS[width][0]
-  sizes = schedules.batch_sizes(c)
+  sizes = shares.batch_sizes(c)
   shards = helpers.shards_of(x, y, [int(10 * s) for s in speeds])
   lr = extra['lr']
   expected = reference.run(

@@ -13,6 +13,7 @@ import pytest
 
 from cocod_jax import algorithms
 from cocod_jax import schedules
+from cocod_jax import shares
 from cocod_jax import steps
 from cocod_jax import train
 from cocod_jax.data import pipeline as input_pipeline
@@ -45,7 +46,7 @@ def test_weighted_average_with_unequal_batches(tmp_path, tiny, algorithm):
   c = helpers.small_config(
     path, algorithm, workers=2, batch=10, epochs=5, period=2, speeds=(1.0, 2.0)
   )
-  assert schedules.batch_sizes(c) == [10, 20]
+  assert shares.batch_sizes(c) == [10, 20]
   w, b = helpers.run(c, tmp_path / 'run')
   shards = [(x[:10], y[:10]), (x[10:30], y[10:30])]
   ew, eb = reference.run(algorithm, shards, 3, 5, 0.5, 0.9, 1e-4, 2, [10, 20])
@@ -93,7 +94,7 @@ def test_learning_rate_schedule():
   c.optimizer.learning_rate = 0.01
   c.optimizer.warmup_epochs = 2
   c.optimizer.decay_epochs = (4,)
-  lr = schedules.learning_rate_fn(c, schedules.batch_sizes(c), steps_per_epoch=10)
+  lr = schedules.learning_rate_fn(c, shares.batch_sizes(c), steps_per_epoch=10)
   # Linear scaling to 0.04; warm-up from 0.01 over 20 steps; /10 from the start of epoch 4.
   np.testing.assert_allclose(
     [float(lr(t)) for t in (0, 10, 20, 29, 30)], [0.01, 0.025, 0.04, 0.04, 0.004], rtol=1e-6
@@ -108,7 +109,7 @@ def test_proportional_batches_and_heterogeneous_lr():
   c.batch_size = 32
   c.worker_speeds = (1.0, 1.0, 2.0, 2.0)
   c.proportional_sampling = True
-  sizes = schedules.batch_sizes(c)
+  sizes = shares.batch_sizes(c)
   assert sizes == [32, 32, 64, 64]
   assert schedules.peak_learning_rate(c, sizes) == pytest.approx(0.01 * 6)
   assert input_pipeline.shard_sizes(1200, sizes) == [200, 200, 400, 400]
@@ -242,7 +243,7 @@ def test_proportional_sampling_matches_reference(tmp_path, algorithm):
   path, x, y = helpers.tiny_npz(tmp_path, n_train=60)
   c = helpers.small_config(path, algorithm, 4, 5, 3, 2, speeds=(1.0, 2.0, 1.0, 2.0))
   lr = helpers.lr_warmup(c)
-  assert schedules.batch_sizes(c) == [5, 10, 5, 10]
+  assert shares.batch_sizes(c) == [5, 10, 5, 10]
   train.train_and_evaluate(c, str(tmp_path / 'run'))
   w, b = helpers.read_final(tmp_path / 'run')
   expected = reference.run(

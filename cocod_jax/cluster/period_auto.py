@@ -32,7 +32,7 @@ allreduce's time; `timeline.collective_time`), so that all ranks take k from the
 
 Only where the time is real: `backend='mpi'` (the one-host cluster emulates communication by
 copies), and only for the algorithms with a period of one length for everyone (SUPPORTED):
-AsynLocal-SGD's shards depend on k (`schedules.local_periods`). For SUPPORTED algorithms nothing
+AsynLocal-SGD's shards depend on k (`shares.local_periods`). For SUPPORTED algorithms nothing
 that is computed before the measurement depends on k (`plan.make_plan`).
 
 A run records the outcome in `WORKDIR/period_auto.json` (rank 0, before its first step) and in
