@@ -17,8 +17,8 @@ from absl import logging
 
 from cocod_jax.cluster import start
 from cocod_jax.config import errors
-from cocod_jax.config import files as config_files
 from cocod_jax.config import flags as cocod_flags
+from cocod_jax.config import loader as config_loader
 
 FLAGS = cocod_flags.FLAGS
 _RANK = ''  # 'rank r: ' under MPI, so that every line says which process refused.
@@ -63,7 +63,7 @@ def _checked(config):
 
   as_given = None  # The file's config: an override the algorithm does not use is refused.
   if FLAGS['config'].override_values:
-    as_given = config_files.load(FLAGS['config'].config_filename)
+    as_given = config_loader.load(FLAGS['config'].config_filename)
   problems = validation.errors(config, as_given)
   if problems:
     _fail(errors.UsageError(problems))

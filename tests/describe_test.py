@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from cocod_jax.config import describe
-from cocod_jax.config import files
+from cocod_jax.config import loader
 from configs import common
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -22,18 +22,18 @@ CONFIG_FILES = sorted(
 
 
 def test_every_field_of_the_base_config_has_a_description():
-  fields = files.flatten(common.base_config())
+  fields = loader.flatten(common.base_config())
   assert [f for f in fields if f not in describe.DESCRIPTIONS] == []
 
 
 @pytest.mark.parametrize('path', CONFIG_FILES)
 def test_every_field_of_each_config_file_has_a_description(path):
-  config = files.load(os.path.join(ROOT, path))
-  assert [f for f in files.flatten(config) if f not in describe.DESCRIPTIONS] == []
+  config = loader.load(os.path.join(ROOT, path))
+  assert [f for f in loader.flatten(config) if f not in describe.DESCRIPTIONS] == []
 
 
 def test_no_description_names_a_field_that_does_not_exist():
-  fields = set(files.flatten(common.base_config()))
+  fields = set(loader.flatten(common.base_config()))
   assert sorted(set(describe.DESCRIPTIONS) - fields) == []
   # Nor does the text of one: every dotted lower-case name in it is a field.
   for field, text in describe.DESCRIPTIONS.items():
@@ -62,10 +62,10 @@ def test_show_config_prints_every_field_and_writes_nothing(tmp_path):
   p = _main(f'--config={spec}', '--config.seed=7', '--show_config', f'--workdir={wd}')
   assert p.returncode == 0 and p.stderr == '', p.stderr[-3000:]
   lines = p.stdout.splitlines()
-  config = files.load(os.path.join(ROOT, spec))
-  assert lines[0].startswith(f'# --config={spec}: {len(files.flatten(config))} fields')
+  config = loader.load(os.path.join(ROOT, spec))
+  assert lines[0].startswith(f'# --config={spec}: {len(loader.flatten(config))} fields')
   shown = {line.split(' = ')[0]: line for line in lines[1:]}
-  assert list(shown) == list(files.flatten(config))
+  assert list(shown) == list(loader.flatten(config))
   assert shown['algorithm.name'].startswith("algorithm.name = 'local_sgd'")  # The :args applied,
   assert shown['seed'].startswith('seed = 7 ')  # and the overrides.
   for field, line in shown.items():

@@ -15,7 +15,7 @@ import pytest
 
 from cocod_jax import plan as plan_lib
 from cocod_jax.cluster import period_auto
-from cocod_jax.config import files as config_files
+from cocod_jax.config import loader as config_loader
 from cocod_jax.config import validation as config_validation
 from cocod_jax.data import pipeline as input_pipeline
 from cocod_jax.record import schema as results_schema
@@ -99,7 +99,7 @@ def test_override_parses_auto_and_integers(text, value):
   assert fv.config.algorithm.period == value and type(fv.config.algorithm.period) is type(value)
   c = test_config.get_config()
   c.lock()
-  assert config_files.set_field(c, 'algorithm.period', text, from_text=True) == text
+  assert config_loader.set_field(c, 'algorithm.period', text, from_text=True) == text
   assert c.algorithm.period == value and type(c.algorithm.period) is type(value)
 
 

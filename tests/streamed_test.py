@@ -18,7 +18,7 @@ from cocod_jax.algorithms import cocod_sgd
 from cocod_jax.algorithms import streamed
 from cocod_jax.cluster import background
 from cocod_jax.config import errors
-from cocod_jax.config import files as config_files
+from cocod_jax.config import loader as config_loader
 from cocod_jax.config import validation
 from cocod_jax.record import checkpoints
 from cocod_jax.record import schema
@@ -140,9 +140,9 @@ def test_fragments_one_is_the_paper(tmp_path, tiny):
   assert type(algorithms.get('cocod_sgd', ctx)) is cocod_sgd.CoCoDSGD
   before = c.to_dict()
   del before['algorithm']['fragments']
-  assert config_files.config_hash(c.to_dict()) == config_files.config_hash(before)
+  assert config_loader.config_hash(c.to_dict()) == config_loader.config_hash(before)
   c.algorithm.fragments = 2
-  assert config_files.config_hash(c.to_dict()) != config_files.config_hash(before)
+  assert config_loader.config_hash(c.to_dict()) != config_loader.config_hash(before)
 
 
 REFUSED = [

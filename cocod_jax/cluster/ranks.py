@@ -38,7 +38,7 @@ from cocod_jax.algorithms import correction
 from cocod_jax.cluster import compression
 from cocod_jax.cluster import mpi
 from cocod_jax.cluster import stacked
-from cocod_jax.config import files as config_files
+from cocod_jax.config import loader as config_loader
 
 
 def workers_per_rank(num_workers: int, ranks: int, requested: int = 0) -> int:
@@ -208,7 +208,7 @@ class RanksCluster(stacked.StackedWorkers):
     """Every rank holds the same config (`record`, the run's config as a dict) and shapes."""
     # One worker's shapes (every rank holds the same W: `agree_on_layout`), as the model has them.
     worker = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), state)
-    self.comm.preflight(config_files.config_hash(record, digits=16), worker)
+    self.comm.preflight(config_loader.config_hash(record, digits=16), worker)
 
   def barrier(self):
     self.comm.barrier()

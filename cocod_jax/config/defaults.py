@@ -1,7 +1,7 @@
 """The run's schema and defaults: every field of a run's config, with the paper's values.
 
 Every config file builds on `base_config` (configs/*.py through configs/common.py, which hands
-these names on); the library reads the schema here (config/files.py checks a config against it,
+these names on); the library reads the schema here (config/loader.py checks a config against it,
 record/schema.py reads BACKENDS), so that it never imports configs/. Other tools drive the binary
 through these names. describe.py holds each field's line.
 """

@@ -6,7 +6,7 @@ configs/*.py file has a line, and no line names a field that does not exist. A n
 config/defaults.py (base_config) gets its line here.
 """
 
-from cocod_jax.config import files
+from cocod_jax.config import loader
 
 DESCRIPTIONS = {
   # The algorithm (cocod_jax/algorithms/).
@@ -90,7 +90,7 @@ DESCRIPTIONS = {
 def lines(config) -> list[str]:
   """`field = value  # description` for every field of `config` (a ConfigDict), in its order;
   a field without a line in DESCRIPTIONS says so."""
-  flat = files.flatten(config)
+  flat = loader.flatten(config)
   shown = {path: f'{path} = {value!r}' for path, value in flat.items()}
   width = max(len(s) for s in shown.values())
   return [
@@ -100,6 +100,6 @@ def lines(config) -> list[str]:
 
 def show(config, spec: str) -> str:
   """What --show_config prints: the config file and its fields, their values and meanings."""
-  count = len(files.flatten(config))
+  count = len(loader.flatten(config))
   head = f'# --config={spec}: {count} fields (set one with --config.FIELD=VALUE)'
   return '\n'.join([head, *lines(config)]) + '\n'

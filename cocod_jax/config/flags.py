@@ -291,17 +291,17 @@ def _override_error(error, argv):
   the first override that cannot be set on the config (set as the sweep runner sets it), else
   absl's own line."""
   from cocod_jax.config import errors  # pylint: disable=g-import-not-at-top
-  from cocod_jax.config import files  # pylint: disable=g-import-not-at-top
+  from cocod_jax.config import loader  # pylint: disable=g-import-not-at-top
 
   spec = next((a.split('=', 1)[1] for a in argv if a.startswith('--config=')), None)
   if spec is not None:
     try:
-      config = files.load(spec)
+      config = loader.load(spec)
       config.lock()
       for arg in argv:
         if arg.startswith('--config.'):
           path, _, text = arg[len('--config.') :].partition('=')
-          files.set_field(config, path, text, from_text=True)
+          loader.set_field(config, path, text, from_text=True)
     except errors.UsageError as e:
       return e
   text = str(error).splitlines()[0]
@@ -314,7 +314,7 @@ def parse_main(argv):
   """The flag parsing of `cocod_jax.main` (its app.run `flags_parser`): every refusal one line
   and exit status 2, a config file of the wrong type or missing a required field included."""
   from cocod_jax.config import errors  # pylint: disable=g-import-not-at-top
-  from cocod_jax.config import files  # pylint: disable=g-import-not-at-top
+  from cocod_jax.config import loader  # pylint: disable=g-import-not-at-top
 
   verbose = '--verbose' in argv
   list_in_help()
@@ -327,7 +327,7 @@ def parse_main(argv):
     errors.fail(_override_error(e, argv), errors.EXIT_USAGE, verbose=verbose)
   if FLAGS['config'].present:
     try:  # The right type, every required field.
-      files.checked(FLAGS.config, FLAGS['config'].config_filename)
+      loader.checked(FLAGS.config, FLAGS['config'].config_filename)
     except errors.UsageError as e:
       errors.fail(e, errors.EXIT_USAGE, verbose=verbose or FLAGS.verbose)
   return rest

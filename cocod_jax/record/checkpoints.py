@@ -48,7 +48,7 @@ import jax
 import numpy as np
 
 from cocod_jax.config import errors
-from cocod_jax.config import files as config_files
+from cocod_jax.config import loader as config_loader
 from cocod_jax.record import files
 
 COMMIT = 'COMMITTED'
@@ -75,10 +75,10 @@ def _flat_config(d, prefix=''):
 
 def result_fields(config_dict: dict) -> dict:
   """The dotted fields of a config dict that can change the training's numbers (all but
-  config_files.NON_TRAINING_FIELDS): a checkpoint resumes only under a run equal in these."""
+  config_loader.NON_TRAINING_FIELDS): a checkpoint resumes only under a run equal in these."""
   flat = _flat_config(config_dict)
-  skip = lambda k: any(k == f or k.startswith(f + '.') for f in config_files.NON_TRAINING_FIELDS)
-  return {k: v for k, v in flat.items() if not skip(k) and not config_files.at_later_default(k, v)}
+  skip = lambda k: any(k == f or k.startswith(f + '.') for f in config_loader.NON_TRAINING_FIELDS)
+  return {k: v for k, v in flat.items() if not skip(k) and not config_loader.at_later_default(k, v)}
 
 
 def config_differences(saved: dict, current: dict) -> list[str]:

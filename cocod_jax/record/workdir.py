@@ -139,7 +139,7 @@ def data_fingerprint(dataset) -> dict:
 
 def fingerprint(config, dataset) -> dict:
   """What defines a run's results: the config's result fields (all but
-  config_files.NON_TRAINING_FIELDS) and the data."""
+  config_loader.NON_TRAINING_FIELDS) and the data."""
   return {
     'config': checkpoints.result_fields(config.to_dict()),
     'data': data_fingerprint(dataset),

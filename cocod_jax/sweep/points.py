@@ -10,7 +10,7 @@ config fields by their dotted path, as a dict or as keywords with `__` for the d
 
 A file without `sweep` is a sweep of one point, its own argument. Each point lives in
 `DIR/points/<slug>-<hash>`: the slug is readable (`cocod_sgd.c10_r18.cpu.s0`), the hash is 8 hex
-digits of the resolved config without config_files.NON_RESULT_FIELDS, so points of several
+digits of the resolved config without config_loader.NON_RESULT_FIELDS, so points of several
 sweeps with equal configs share a directory.
 """
 
@@ -22,7 +22,7 @@ import sys
 
 from cocod_jax.config import args as config_args
 from cocod_jax.config import errors
-from cocod_jax.config import files as config_files
+from cocod_jax.config import loader as config_loader
 from cocod_jax.record import provenance
 
 SLUG_MAX = 100
@@ -65,7 +65,7 @@ class Point:
 
 
 def config_hash(config: dict, link_rate: str = '') -> str:
-  """8 hex digits of the SHA-256 of `config` without config_files.NON_RESULT_FIELDS.
+  """8 hex digits of the SHA-256 of `config` without config_loader.NON_RESULT_FIELDS.
 
   Args:
     config: a resolved config as JSON (a nested dict), e.g. results.json's "config".
@@ -76,7 +76,7 @@ def config_hash(config: dict, link_rate: str = '') -> str:
   """
   timed = link_rate and config.get('backend') == 'mpi'
   extra = {'link_rate': link_rate} if timed else None
-  return config_files.config_hash(config, config_files.NON_RESULT_FIELDS, extra)
+  return config_loader.config_hash(config, config_loader.NON_RESULT_FIELDS, extra)
 
 
 def slug(config_arg: str, overrides: dict | None = None) -> str:
@@ -110,7 +110,7 @@ def slug(config_arg: str, overrides: dict | None = None) -> str:
       parts.append(text)
   for path, value in (overrides or {}).items():
     is_seq = isinstance(value, (tuple, list))
-    shown = '_'.join(map(str, value)) if is_seq else config_files.value_text(value)
+    shown = '_'.join(map(str, value)) if is_seq else config_loader.value_text(value)
     parts.append(f'{path.rsplit(".", 1)[-1]}-{shown}')
   text = re.sub(r'[^A-Za-z0-9._+-]+', '_', '.'.join(parts)).strip('._-')
   return text[:SLUG_MAX].rstrip('._-') or 'default'
@@ -118,7 +118,7 @@ def slug(config_arg: str, overrides: dict | None = None) -> str:
 
 def sweep_name(config: str) -> str:
   """The name of a sweep's summary folder: the experiment file's stem and the sweep argument."""
-  path, arg = config_files.split(config)
+  path, arg = config_loader.split(config)
   stem = os.path.splitext(os.path.basename(path))[0]
   return stem if not arg else f'{stem}.{slug(arg)}'
 
@@ -143,11 +143,11 @@ def _point_dir(workdir: str, name: str, digest: str) -> str:
 def _calls(config: str):
   """Loads the experiment file and runs its `sweep(add, arg)`; returns (module, [(config_arg,
   {dotted field: value})]) in the order `add` was called."""
-  path, arg = config_files.split(config)
+  path, arg = config_loader.split(config)
   if not os.path.isfile(path):
     raise errors.UsageError(f'--config={config}: no such experiment file {path!r}')
   try:
-    module = config_files.load_module(path)
+    module = config_loader.load_module(path)
   except Exception as e:  # pylint: disable=broad-except
     raise errors.UsageError(f'--config={config} could not be loaded: {type(e).__name__}: {e}')
   calls = []
@@ -188,7 +188,7 @@ def _resolve(module, config_arg: str, point_overrides: dict, sweep_overrides: di
   from cocod_jax.config import validation as config_validation  # pylint: disable=g-import-not-at-top
 
   try:
-    config = config_files.get_config(module, config_arg)
+    config = config_loader.get_config(module, config_arg)
   except errors.UsageError as e:  # The wrong type, a required field missing: says which.
     return None, {}, e.problems, []
   except Exception as e:  # pylint: disable=broad-except
@@ -201,24 +201,24 @@ def _resolve(module, config_arg: str, point_overrides: dict, sweep_overrides: di
   ):
     for path, value in overrides.items():
       try:
-        text = config_files.set_field(config, path, value, is_text, f'override {path}={value!r}')
+        text = config_loader.set_field(config, path, value, is_text, f'override {path}={value!r}')
       except errors.UsageError as e:
         out.extend(e.problems)
         continue
       texts.pop(path, None)  # A sweep-wide override replaces the point's own.
       texts[path] = text
   # As main refuses them: an override of a field the point's algorithm does not read.
-  as_given = config_files.get_config(module, config_arg) if texts else None
+  as_given = config_loader.get_config(module, config_arg) if texts else None
   return config, texts, problems[0] + config_validation.errors(config, as_given), problems[1]
 
 
 def _make_point(i, path, config_arg, name, resolved, texts, workdir, link_rate) -> Point:
   """The Point of a resolved, valid config."""
-  as_json = config_files.as_json(resolved.to_dict())
+  as_json = config_loader.as_json(resolved.to_dict())
   rate = link_rate if as_json.get('backend') == 'mpi' else ''
   digest = config_hash(as_json, rate)
   # The values as set (a float field turns 1 into 1.0), the point's own then the sweep-wide.
-  values = {p: config_files.as_json(config_files.get_field(resolved, p)) for p in texts}
+  values = {p: config_loader.as_json(config_loader.get_field(resolved, p)) for p in texts}
   return Point(
     index=i,
     config_file=command_path(path),
@@ -257,7 +257,7 @@ def expand(
       override fields, invalid configs (each line names the point and the field).
   """
   module, calls = _calls(config)
-  path = config_files.split(config)[0]
+  path = config_loader.split(config)[0]
   workdir = os.path.abspath(workdir)
   problems, points, seen, sweep_wide = [], [], {}, {}
   for i, (config_arg, point_overrides) in enumerate(calls):

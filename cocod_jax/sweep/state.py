@@ -33,7 +33,7 @@ import filelock
 import submitit
 
 from cocod_jax.config import errors
-from cocod_jax.config import files as config_files
+from cocod_jax.config import loader as config_loader
 from cocod_jax.record import files
 from cocod_jax.record import schema as results_schema
 from cocod_jax.sweep import points as points_lib
@@ -259,7 +259,7 @@ def states(points: list, head: str | None) -> dict:
 
 def differences(a: dict, b: dict) -> list[str]:
   """Dotted fields whose values differ between nested dicts `a` and `b`, sorted."""
-  flat_a, flat_b = config_files.flatten(a), config_files.flatten(b)
+  flat_a, flat_b = config_loader.flatten(a), config_loader.flatten(b)
   return [k for k in sorted(set(flat_a) | set(flat_b)) if flat_a.get(k) != flat_b.get(k)]
 
 
