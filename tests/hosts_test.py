@@ -19,6 +19,7 @@ import time
 import numpy as np
 import pytest
 
+from tests import helpers
 from tests import mpi_helpers
 
 pytestmark = [pytest.mark.hosts, pytest.mark.mpi]
@@ -255,3 +256,47 @@ def test_hosts_under_one_hostname_end_the_job_at_the_start(hostfiles, tmp_path):
     p.stderr
   ), p.stderr[-3000:]
   assert elapsed < 90
+
+
+@pytest.mark.parametrize('algorithm,width', [('local_sgd', 1), ('cocod_sgd', 2)])
+def test_exact_cases_on_two_hosts_equal_the_float64_reference(
+  hostfiles, tmp_path, algorithm, width
+):
+  # ranks_test's exactness case (unequal workers and batches, a rate that changes every step),
+  # one rank on each host, against the float64 transcription of the algorithm.
+  from cocod_jax import shares  # pylint: disable=g-import-not-at-top
+  from cocod_jax.config import validation  # pylint: disable=g-import-not-at-top
+  from tests import ranks_test  # pylint: disable=g-import-not-at-top
+  from tests import reference  # pylint: disable=g-import-not-at-top
+
+  c, (x, y), lr = ranks_test._exact_case(tmp_path / 'case', algorithm, width)  # pylint: disable=protected-access
+  validation.validate(c)
+  workdir = str(tmp_path / 'run')
+  cases = [dict(name='case', config=c.to_dict(), workdir=workdir, then_epochs=None)]
+  (tmp_path / 'cases.json').write_text(json.dumps(cases))
+  p = launch(hostfiles[0], 2, [sys.executable, 'tests/mpi_ranks.py', str(tmp_path / 'cases.json')])
+  assert p.returncode == 0, p.stdout[-4000:]
+  got = _params(workdir)
+  speeds = ranks_test.LAYOUTS[width][0]
+  shards = helpers.shards_of(x, y, [int(10 * s) for s in speeds])
+  epochs = ranks_test.EPOCHS
+  expected = reference.run(algorithm, shards, 3, epochs * 2, lambda t: lr(t, 2), 0.9, 1e-4,
+                           c.algorithm.period, shares.batch_sizes(c), speeds=speeds)  # fmt: skip
+  np.testing.assert_allclose(got['params/Dense_0/kernel'], expected[0], rtol=2e-5, atol=2e-6)
+  np.testing.assert_allclose(got['params/Dense_0/bias'], expected[1], rtol=2e-5, atol=2e-6)
+
+
+def test_readme_command_with_16_workers_8_a_host(hostfiles, tmp_path):
+  # As written in README (--config.num_workers=16): 8 workers on each host's rank. Measured:
+  # equal to the one-host cluster of 16 workers to 1.8e-7.
+  args = ['--config=configs/test.py', '--config.num_workers=16', '--config.batch_size=8',
+          '--config.num_epochs=2']  # fmt: skip
+  cmd = [sys.executable, '-m', 'cocod_jax.main', f'--workdir={tmp_path / "mpi"}']
+  p = launch(hostfiles[0], 2, [*cmd, *args, '--config.backend=mpi'])
+  assert p.returncode == 0, p.stdout[-4000:]
+  assert '16 workers on 2 ranks of 8 each' in p.stdout
+  subprocess.run([sys.executable, '-m', 'cocod_jax.main', f'--workdir={tmp_path / "one"}', *args],
+                 cwd=ROOT, env=mpi_helpers.env(), check=True, capture_output=True)  # fmt: skip
+  mpi, ref = _params(tmp_path / 'mpi'), _params(tmp_path / 'one')
+  for k in ref:
+    np.testing.assert_allclose(mpi[k], ref[k], rtol=1e-5, atol=1e-6, err_msg=k)
