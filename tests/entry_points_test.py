@@ -10,6 +10,7 @@ import pytest
 
 from cocod_jax.config import errors
 from cocod_jax.config import flags as cocod_flags
+from cocod_jax.experiments import flags as experiment_flags
 from cocod_jax.record import provenance
 
 # It starts every entry point: left out of make test-fast.
@@ -63,7 +64,7 @@ def test_helpshort_lists_the_entry_points_own_flags(module):
   assert f'  {ENTRY_POINTS[module]}' in p.stdout, p.stdout[-2000:]
 
 
-# A flag of the experiments given to one that does not read it (config/flags.py
+# A flag of the experiments given to one that does not read it (experiments/flags.py
 # EXPERIMENT_READS), with the line said for the first.
 NOT_READ = [
   ('table1', '--task=c10_r18', 'error: --task does not apply to table1 (it sets the Table 1 '
@@ -98,11 +99,11 @@ VALUES = {'parallel': '2', 'link_rate': '1gbit', 'scale': 'smoke', 'seeds': '1',
           'timing_links': '1gbit', 'timing_tasks': 'c10_r18', 'timing_seeds': '1'}  # fmt: skip
 
 
-@pytest.mark.parametrize('name', sorted(cocod_flags.EXPERIMENT_READS))
+@pytest.mark.parametrize('name', sorted(experiment_flags.EXPERIMENT_READS))
 def test_every_flag_the_experiment_reads_is_taken(name, tmp_path):
   # A dry run with every flag the entry point reads (and those every experiment reads): no
   # refusal, nothing written.
-  reads = cocod_flags.EXPERIMENT_READS[name]
+  reads = experiment_flags.EXPERIMENT_READS[name]
   args = [f'--{flag}={VALUES[flag]}' for flag in reads]
   workdir = tmp_path / 'out'
   p = _run(f'cocod_jax.experiments.{name}', *args, '--dry_run', '--launcher=local',
@@ -115,9 +116,9 @@ def test_every_flag_the_experiment_reads_is_taken(name, tmp_path):
 def test_paper_reads_what_its_artefacts_read():
   from cocod_jax.experiments import artefacts  # pylint: disable=g-import-not-at-top
 
-  assert set(cocod_flags.PAPER) == set(artefacts.ARTEFACTS) - {'paper'}
-  union = {f for name in cocod_flags.PAPER for f in cocod_flags.EXPERIMENT_READS[name]}
-  assert set(cocod_flags.EXPERIMENT_READS['paper']) == union
+  assert set(experiment_flags.PAPER) == set(artefacts.ARTEFACTS) - {'paper'}
+  union = {f for name in experiment_flags.PAPER for f in experiment_flags.EXPERIMENT_READS[name]}
+  assert set(experiment_flags.EXPERIMENT_READS['paper']) == union
   assert 'task' in union and 'timing_links' in union and 'timing_seeds' not in union
 
 
@@ -138,7 +139,7 @@ def test_the_table_of_what_each_experiment_reads_is_what_its_code_reads(tmp_path
   from cocod_jax.experiments import streamed  # pylint: disable=g-import-not-at-top
 
   if 'scale' not in cocod_flags.FLAGS:
-    cocod_flags.define_experiment_flags()
+    experiment_flags.define_experiment_flags()
   seen = set()
   read = flags.FlagValues.__getattr__
 
@@ -155,12 +156,12 @@ def test_the_table_of_what_each_experiment_reads_is_what_its_code_reads(tmp_path
     with artefacts.registered(name):
       return make()
 
-  makers = {name: functools.partial(artefacts.make, name) for name in cocod_flags.PAPER}
+  makers = {name: functools.partial(artefacts.make, name) for name in experiment_flags.PAPER}
   makers['long_schedule'] = long_schedule.make
   makers['corrections'] = corrections.make
   makers['overlap'] = functools.partial(with_registered, 'overlap', overlap.make)
   makers['streamed'] = functools.partial(with_registered, 'streamed', streamed.make)
-  assert set(makers) == set(cocod_flags.EXPERIMENT_READS) - {'paper'}
+  assert set(makers) == set(experiment_flags.EXPERIMENT_READS) - {'paper'}
   for name, make in makers.items():
     seen.clear()
     (tmp_path / name).mkdir()
@@ -174,7 +175,8 @@ def test_the_table_of_what_each_experiment_reads_is_what_its_code_reads(tmp_path
         pass
       finally:
         cocod_flags.FLAGS.unparse_flags()
-    assert seen & set(cocod_flags.CHOOSES) == set(cocod_flags.EXPERIMENT_READS[name]), name
+    reads = set(experiment_flags.EXPERIMENT_READS[name])
+    assert seen & set(experiment_flags.CHOOSES) == reads, name
 
 
 @pytest.mark.parametrize(

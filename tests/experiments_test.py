@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from cocod_jax import timeline
-from cocod_jax.config import flags as cocod_flags
 from cocod_jax.experiments import accuracy
 from cocod_jax.experiments import common
 from cocod_jax.experiments import corrections
 from cocod_jax.experiments import correctness
+from cocod_jax.experiments import flags as experiment_flags
 from cocod_jax.experiments import long_schedule
 from cocod_jax.experiments import overlap_analysis
 from cocod_jax.experiments import overlap_plots
@@ -99,7 +99,7 @@ def _point(algo, task, best, seed=0):
 @pytest.fixture
 def flags_parsed():
   if 'scale' not in common.FLAGS:
-    cocod_flags.define_experiment_flags()
+    experiment_flags.define_experiment_flags()
   common.FLAGS(['test', '--scale=cpu'])
   yield
   common.FLAGS.unparse_flags()
@@ -222,7 +222,7 @@ def test_time_figure_two_seeds_two_links_model_from_the_other_seed(tmp_path):
   # CoCoD-SGD 1 s: epoch speedups 2x and 3x, 2.5x, 2.5 / 3 of the model. On link B CoCoD-SGD's
   # seed 1 never reaches the target: "1 of 2 reached", no speedup.
   if 'scale' not in common.FLAGS:
-    cocod_flags.define_experiment_flags()
+    experiment_flags.define_experiment_flags()
   common.FLAGS(['test', '--scale=cpu', f'--workdir={tmp_path}'])
 
   def point(algo, seed, accs, epoch_s, tp, tc):
@@ -286,7 +286,7 @@ def test_figure4_model_comes_from_the_calibration_runs(tmp_path, monkeypatch):
   # speedup 2), never from the runs it is plotted beside (which would give 2 * 0.2 / 0.2 = 2 too
   # for CoCoD, so S-SGD tells them apart: 2 * 0.1 / 0.4 = 0.5 against 2 * 0.2 / 1.1).
   if 'scale' not in common.FLAGS:
-    cocod_flags.define_experiment_flags()
+    experiment_flags.define_experiment_flags()
   common.FLAGS(['test', '--scale=smoke', f'--workdir={tmp_path}'])
   try:
 
@@ -417,7 +417,7 @@ def test_registered_flags_fill_what_the_command_line_leaves_unset(monkeypatch):
   from cocod_jax.experiments import artefacts  # pylint: disable=g-import-not-at-top
 
   if 'scale' not in common.FLAGS:
-    cocod_flags.define_experiment_flags()
+    experiment_flags.define_experiment_flags()
   seen = {}
 
   def record(name):
@@ -717,7 +717,8 @@ def test_not_run_groups_the_seeds_of_a_cell():
 
 
 def test_the_scale_flag_offers_every_scale_but_the_long_schedules():
-  from cocod_jax.config import flags as cocod_flags  # pylint: disable=g-import-not-at-top
+  from cocod_jax.experiments import flags as experiment_flags  # pylint: disable=g-import-not-at-top
   from configs import scales  # pylint: disable=g-import-not-at-top
 
-  assert cocod_flags.SCALES == tuple(s for s in scales.SCALES if s != 'cpu_long')
+  assert experiment_flags.SCALES is scales.SHORT_SCALES  # One tuple, not two held in step.
+  assert experiment_flags.SCALES == tuple(s for s in scales.SCALES if s != 'cpu_long')

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from cocod_jax.config import flags as cocod_flags
 from cocod_jax.experiments import common
+from cocod_jax.experiments import flags as experiment_flags
 from cocod_jax.sweep import local
 from cocod_jax.sweep import points as points_lib
 from tests.sweep_helpers import results_json
@@ -26,7 +26,7 @@ def test_duration_and_left_line():
 @pytest.fixture(name='flags')
 def _flags(tmp_path):
   if 'scale' not in common.FLAGS:
-    cocod_flags.define_experiment_flags()
+    experiment_flags.define_experiment_flags()
   common.FLAGS(['test', '--scale=smoke', f'--workdir={tmp_path}'])
   yield tmp_path
   common.FLAGS.unparse_flags()

@@ -221,18 +221,18 @@ def test_documents_cite_only_what_the_repository_holds():
 
 def test_readme_names_the_experiments_that_have_a_smoke_scale():
   # Issue 42 item 9: README says which experiments take --scale=smoke, and they are those whose
-  # table of flags (config/flags.py EXPERIMENT_READS) reads --scale.
-  from cocod_jax.config import flags as cocod_flags  # pylint: disable=g-import-not-at-top
+  # table of flags (experiments/flags.py EXPERIMENT_READS) reads --scale.
+  from cocod_jax.experiments import flags as experiment_flags  # pylint: disable=g-import-not-at-top
 
   text = ' '.join(_read('README.md').split())
   said = re.search(r'`--scale=smoke` \(.*?\) is taken by (.*?):', text).group(1)
   names = set(re.findall(r'`(\w+)`', said))
   if '`fig2`-`fig6`' in said:
     names |= {f'fig{i}' for i in range(2, 7)}
-  reads = {name for name, flags in cocod_flags.EXPERIMENT_READS.items() if 'scale' in flags}
+  reads = {name for name, flags in experiment_flags.EXPERIMENT_READS.items() if 'scale' in flags}
   assert names == reads
   none = re.search(r'(`\w+`) and (`\w+`) have no smoke scale', text).groups()
-  assert {n.strip('`') for n in none} == set(cocod_flags.EXPERIMENT_READS) - reads
+  assert {n.strip('`') for n in none} == set(experiment_flags.EXPERIMENT_READS) - reads
 
 
 def test_readme_is_short():

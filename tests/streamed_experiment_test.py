@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from cocod_jax.config import flags as cocod_flags
 from cocod_jax.experiments import common
+from cocod_jax.experiments import flags as experiment_flags
 from cocod_jax.experiments import streamed_analysis as analysis
 from cocod_jax.experiments import streamed_plots
 from cocod_jax.experiments import streamed_report
@@ -30,7 +30,7 @@ R1, R3, R6 = '50mbit/8kb/8000', '18mbit/8kb/8000', '8mbit/8kb/8000'
 @pytest.fixture
 def flags_parsed(tmp_path):
   if 'scale' not in common.FLAGS:
-    cocod_flags.define_experiment_flags()
+    experiment_flags.define_experiment_flags()
   common.FLAGS(['test', f'--workdir={tmp_path}', '--scale=cpu'])
   yield
   common.FLAGS.unparse_flags()

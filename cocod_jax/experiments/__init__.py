@@ -8,6 +8,6 @@ it: `long_schedule` (the paper's 120 epochs and the drift control), `overlap` (t
 and anchor options), `corrections` (an earlier exploration), `mnist1d_check`, and `readme` (the
 generated parts of the documents). Each completes its sweep through `cocod_jax.sweep` (a second
 invocation runs nothing that is done) and writes `<name>.md`, `<name>.json` and, for figures,
-`<name>.png` into `--workdir`; flags: `cocod_jax/config/flags.py`. `common.py` holds what they
+`<name>.png` into `--workdir`; flags: `cocod_jax/experiments/flags.py`. `common.py` holds what they
 share.
 """

@@ -17,10 +17,10 @@ import sys
 from absl import app
 
 from cocod_jax.config import errors
-from cocod_jax.config import flags as cocod_flags
 from cocod_jax.experiments import accuracy
 from cocod_jax.experiments import common
 from cocod_jax.experiments import correctness
+from cocod_jax.experiments import flags as experiment_flags
 from cocod_jax.experiments import published
 from cocod_jax.experiments import timing
 from configs import ablation as ablation_config
@@ -250,8 +250,7 @@ def ablation() -> int:
 def paper() -> int:
   """Every artefact in order (Figures 2 and 5 reuse the tables' runs, the ablation six of
   Table 1's), each with its registered flags; 0 when all finished."""
-  names = ('table1', 'table2', 'ablation', 'fig2', 'fig5', 'fig3', 'fig6', 'fig4')
-  return max(make(name) for name in names)
+  return max(make(name) for name in experiment_flags.PAPER)
 
 
 @contextlib.contextmanager
@@ -277,24 +276,25 @@ def make(name: str) -> int:
     return ARTEFACTS[name]()
 
 
-# name -> the function that makes it (what each prints: its docstring).
-ARTEFACTS = {
+# name -> the function that makes it (what each prints: its docstring): each artefact `paper`
+# makes (experiments/flags.py PAPER, the one list of them), and `paper`.
+_MAKERS = {
   **{f'table{n}': functools.partial(table, n) for n in (1, 2)},
   **{f'fig{n}': functools.partial(loss_figure, n) for n in (2, 5)},
   **{f'fig{n}': functools.partial(time_figure, n) for n in (3, 6)},
   'fig4': speedup_figure,
   'ablation': ablation,
-  'paper': paper,
 }
+ARTEFACTS = {**{name: _MAKERS[name] for name in experiment_flags.PAPER}, 'paper': paper}
 
 
 def main(name: str) -> None:
   """The entry point of artefact `name`: defines the flags, runs it, exits with its status."""
-  cocod_flags.define_experiment_flags()
+  experiment_flags.define_experiment_flags()
 
   def run(argv):
     del argv
     common.announce(name, lambda: make(name))
     sys.exit(make(name))
 
-  app.run(run, flags_parser=lambda a: cocod_flags.parse(a, name))
+  app.run(run, flags_parser=lambda a: experiment_flags.parse(a, name))

@@ -16,17 +16,17 @@ import os
 import statistics
 from typing import Any
 
+from absl import flags
 from absl import logging
 
 from cocod_jax import sweep
 from cocod_jax.config import errors
-from cocod_jax.config import flags as cocod_flags
 from cocod_jax.experiments import published
 from cocod_jax.experiments import stats
 from cocod_jax.record import files
 from cocod_jax.record import provenance as provenance_lib
 
-FLAGS = cocod_flags.FLAGS  # cocod_flags.define_experiment_flags() defines what is read here.
+FLAGS = flags.FLAGS  # experiments/flags.py define_experiment_flags() defines what is read here.
 
 MARGIN = stats.MARGIN  # Accuracy points: the paper's parity claim, within half a point of S-SGD.
 COLORS = {

@@ -24,11 +24,11 @@ import sys
 from absl import app
 import numpy as np
 
-from cocod_jax.config import flags as cocod_flags
 from cocod_jax.experiments import accuracy
 from cocod_jax.experiments import common
 from cocod_jax.experiments import correctness
 from cocod_jax.experiments import figures
+from cocod_jax.experiments import flags as experiment_flags
 from cocod_jax.experiments import timing
 from configs import corrections as config
 from configs import scales
@@ -277,14 +277,14 @@ def make() -> int:
 
 
 def main():
-  cocod_flags.define_experiment_flags()
+  experiment_flags.define_experiment_flags()
 
   def run(argv):
     del argv
     common.announce('corrections', make)
     sys.exit(make())
 
-  app.run(run, flags_parser=lambda a: cocod_flags.parse(a, 'corrections'))
+  app.run(run, flags_parser=lambda a: experiment_flags.parse(a, 'corrections'))
 
 
 if __name__ == '__main__':

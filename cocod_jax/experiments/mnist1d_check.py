@@ -23,8 +23,8 @@ from absl import flags
 from absl import logging
 
 from cocod_jax import train
-from cocod_jax.config import flags as cocod_flags
 from cocod_jax.config import validation as config_validation
+from cocod_jax.experiments import flags as experiment_flags
 from cocod_jax.record import files
 from cocod_jax.record import provenance
 from configs import mnist1d_check
@@ -129,5 +129,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  cocod_flags.define_mnist1d_check_flags(PUBLISHED)
-  app.run(main, flags_parser=lambda a: cocod_flags.parse(a, 'mnist1d_check'))
+  experiment_flags.define_mnist1d_check_flags(PUBLISHED)
+  app.run(main, flags_parser=lambda a: experiment_flags.parse(a, 'mnist1d_check'))

@@ -29,10 +29,10 @@ import sys
 from absl import app
 
 from cocod_jax.config import errors
-from cocod_jax.config import flags as cocod_flags
 from cocod_jax.experiments import artefacts
 from cocod_jax.experiments import common
 from cocod_jax.experiments import corrections
+from cocod_jax.experiments import flags as experiment_flags
 from cocod_jax.experiments import overlap_analysis as analysis
 from cocod_jax.experiments import overlap_plots
 from cocod_jax.experiments import overlap_report
@@ -106,7 +106,7 @@ def replot() -> int:
 
 
 def main():
-  cocod_flags.define_experiment_flags(replot=True)
+  experiment_flags.define_experiment_flags(replot=True)
 
   def run(argv):
     del argv
@@ -116,7 +116,7 @@ def main():
       common.announce('overlap', make)
       sys.exit(make())
 
-  app.run(run, flags_parser=lambda a: cocod_flags.parse(a, 'overlap'))
+  app.run(run, flags_parser=lambda a: experiment_flags.parse(a, 'overlap'))
 
 
 if __name__ == '__main__':
