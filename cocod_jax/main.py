@@ -81,7 +81,6 @@ def _checked(config):
 
 
 def main(argv):
-  global _RANK
   if len(argv) > 1:
     _fail(f'unexpected arguments {argv[1:]}; overrides look like --config.batch_size=64')
   config = FLAGS.config
@@ -93,6 +92,16 @@ def main(argv):
     sys.exit(0)
   logging.set_verbosity(logging.WARNING)
   _checked(config)
+  try:
+    _run(config)
+  except SystemExit as e:  # The status, for a rank that exits non-zero alone (start.exiting).
+    start.exiting(e.code)
+    raise
+
+
+def _run(config):
+  """Joins the cluster, loads the data and trains: every status leaves as SystemExit."""
+  global _RANK
   rank, broadcast = 0, lambda obj: obj
   try:
     if config.backend == 'mpi':

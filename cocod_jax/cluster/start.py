@@ -113,6 +113,12 @@ def end_job(message: str, status: int = 1) -> None:
   leave()
 
 
+def exiting(status) -> None:
+  """The status the process is about to exit with (main.py says it as its SystemExit passes):
+  the exit guard of an MPI rank reads it (`_guard`)."""
+  _state['status'] = status
+
+
 def _guard(MPI, rank: int) -> None:  # pylint: disable=invalid-name
   """The guards of the module docstring (collective: every rank calls it once, at the start)."""
   _state['rank'] = rank
@@ -137,11 +143,6 @@ def _guard(MPI, rank: int) -> None:  # pylint: disable=invalid-name
     time.sleep(0.02)
   HOSTS[:] = [bytes(row).rstrip(b'\0').decode(errors='replace') for row in names]
   leaving = MPI.COMM_WORLD.Dup()  # Used only at the exit: nothing else is matched on it.
-  plain_exit = sys.exit
-
-  def exit_(status=None):
-    _state['status'] = status
-    plain_exit(status)
 
   def uncaught(kind, value, tb):
     sys.__excepthook__(kind, value, tb)
@@ -166,7 +167,6 @@ def _guard(MPI, rank: int) -> None:  # pylint: disable=invalid-name
         os._exit(code)
       time.sleep(0.02)
 
-  sys.exit = exit_
   sys.excepthook = uncaught
   atexit.register(leave)  # Runs before mpi4py's MPI_Finalize (registered at its import).
 
