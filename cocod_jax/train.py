@@ -9,7 +9,7 @@ metrics into Python numbers only at the end of an epoch, when it also evaluates 
 model.
 
 A worker whose contribution to an average holds NaN or Inf stops the run before any worker takes
-that average in (`background.Diverged`); so does a non-finite training loss at an epoch end. The
+that average in (`background.NonFinite`); so does a non-finite training loss at an epoch end. The
 results written then say `"status": "diverged"` and `Diverged` is raised for the entry point.
 """
 
@@ -140,7 +140,7 @@ def final_average(run: resume_lib.Run, state, pos: resume_lib.Position, stop):
   watch = resume_lib.Stopwatch()
   try:
     final = run.cluster.weighted_mean(steps_lib.model_part(state), 'the final average', pos.step)
-  except background.Diverged as e:
+  except background.NonFinite as e:
     stop(e.workers, e.step, e.label)
   final = run.algo.evaluated(final)
   run.algo.finish()
@@ -275,7 +275,7 @@ def _train_and_evaluate(config, plan: plan_lib.Plan, claim, dataset: input_pipel
                 checkpoint(watch, preempt)
             with tl.drain():
               state = jax.block_until_ready(algo.drain(state))
-        except background.Diverged as e:
+        except background.NonFinite as e:
           stop(e.workers, e.step, e.label)
         pos.add_time(watch.lap(), measured(epoch))
         train_loss, bad = cluster.mean_loss(pos.losses)

@@ -69,7 +69,7 @@ def check(staging, rank, width):
     try:
       comm.weighted_mean({'c': jax.device_put(bad, sharding)}, 'the bad tree', step=5)
       raise AssertionError('a non-finite contribution was averaged')
-    except background.Diverged as e:
+    except background.NonFinite as e:
       assert e.workers == [2 * width - 1] and e.step == 5, (e.workers, e.step)
   finally:
     comm.close()

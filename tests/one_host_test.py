@@ -103,7 +103,7 @@ def test_non_finite_contribution_names_its_worker():
   values = [np.ones((2, 2), np.float32) for _ in range(4)]
   values[2][1, 0] = np.inf
   handle = cluster.start({'w': cluster.put(values)}, 'the test tree', step=7)
-  with pytest.raises(background.Diverged) as e:
+  with pytest.raises(background.NonFinite) as e:
     cluster.wait(handle)
   assert e.value.workers == [2] and e.value.step == 7 and 'the test tree' in str(e.value)
 

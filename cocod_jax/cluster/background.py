@@ -45,7 +45,7 @@ class CommTimeout(RuntimeError):
   """A collective did not finish within `comm.timeout_s`."""
 
 
-class Diverged(RuntimeError):
+class NonFinite(RuntimeError):
   """A worker's contribution to an average held NaN or Inf; it was kept out of the average.
 
   Attributes:
@@ -169,7 +169,7 @@ class BackgroundWorker:
     if self.inflight:
       self.inflight.pop(0)
     if job.error is not None:
-      if isinstance(job.error, Diverged):
+      if isinstance(job.error, NonFinite):
         raise job.error
       raise CommError(
         f'rank {self.rank}: the allreduce of {job.label} failed: {job.error!r}\n{job.error_text}'

@@ -4,7 +4,7 @@ thread or synchronously.
 Each rank holds W workers stacked on a leading axis (`cluster/ranks.py`; W = 1 is one worker per
 rank), and every tree handed to the communicator has that axis. A collective has two parts:
 
-1. The local mean, on the rank's devices: `one_host.weighted_sum`, compiled, adds up
+1. The local mean, on the rank's devices: `stacked.weighted_sum`, compiled, adds up
    `w_i x_i` of the rank's workers in worker order with the cluster's global weights (so the
    sum over ranks is `sum_i w_i x_i` over all workers, exact for unequal workers and ranks),
    into fresh buffers (later steps that donate the tree cannot touch them), with one
@@ -13,7 +13,7 @@ rank), and every tree handed to the communicator has that axis. A collective has
    into one reused float32 vector followed by one divergence flag per worker of the cluster
    (the rank sets its workers' flags when their contributions hold NaN or Inf), reduces it, and
    puts the sum back on the rank's devices, one copy per worker; `wait` returns it, or raises
-   `Diverged` naming the global worker indices before anyone takes the sum in.
+   `NonFinite` naming the global worker indices before anyone takes the sum in.
 
 Exactly one collective is in flight at a time. A blocking average (`start(..., blocking=True)`,
 `weighted_mean`) runs on the caller's thread, with no hand-over: nothing could overlap it. Each
@@ -51,7 +51,7 @@ import numpy as np
 from cocod_jax.cluster import background
 from cocod_jax.cluster import mpi_compressed
 from cocod_jax.cluster import mpi_packer
-from cocod_jax.cluster import one_host
+from cocod_jax.cluster import stacked
 
 STAGINGS = ('host', 'device')
 
@@ -96,8 +96,8 @@ class MPICommunicator:
       )
     self.staging = staging
     if sharding is None:
-      mesh = jax.sharding.Mesh(np.array(local_devices(world)[:1]), (one_host.AXIS,))
-      sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(one_host.AXIS))
+      mesh = jax.sharding.Mesh(np.array(local_devices(world)[:1]), (stacked.AXIS,))
+      sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(stacked.AXIS))
     self.sharding = sharding
     self.compute_device = sharding.mesh.devices.flat[0]
     self._comm = world.Clone()
@@ -125,7 +125,7 @@ class MPICommunicator:
     return packer
 
   def _reduce(self, job, packer, tree=None, scaled=None, bad=None):
-    """Allreduce(SUM) of one tree, back on the rank's devices; raises Diverged on a flag.
+    """Allreduce(SUM) of one tree, back on the rank's devices; raises NonFinite on a flag.
 
     Either `tree` (a blocking call: the local mean is computed and timed here) or `scale`'s
     fresh `scaled` leaves and their `bad` flags. The allreduce span starts once its input is
@@ -155,7 +155,7 @@ class MPICommunicator:
       out, flags = jax.block_until_ready(out), np.asarray(flags)
     job.span = (start, time.perf_counter())
     if flags.any():
-      raise background.Diverged(np.flatnonzero(flags).tolist(), job.step, job.label)
+      raise background.NonFinite(np.flatnonzero(flags).tolist(), job.step, job.label)
     return out
 
   def start(self, tree, label='', step=-1, blocking=False, timed=False):
@@ -226,7 +226,7 @@ class MPICommunicator:
     return self._coder(tree, codec).payload_bytes
 
   def wait(self, job):
-    """The averaged tree of `job`; raises CommTimeout, CommError or Diverged instead of hanging."""
+    """The averaged tree of `job`; raises CommTimeout, CommError or NonFinite instead of hanging."""
     return self._worker.wait(job)
 
   def weighted_mean(self, tree, label='', step=-1):

@@ -104,7 +104,7 @@ class Coder:
 
   def exchange(self, comm, job, payloads, scales, bad, ref):
     """Allgathers the messages and returns the average on the rank's devices (in `job`'s
-    thread); raises Diverged naming the workers whose snapshot was not finite."""
+    thread); raises NonFinite naming the workers whose snapshot was not finite."""
     jax.block_until_ready((payloads, scales, bad))
     start = time.perf_counter()
     for p, o, n in zip(payloads, self.offsets, self.counts):
@@ -118,7 +118,7 @@ class Coder:
     everyone = self.recv[:, self.flags].copy().view(np.float32).sum(axis=0)
     if everyone.any():
       job.span = (start, time.perf_counter())
-      raise background.Diverged(np.flatnonzero(everyone).tolist(), job.step, job.label)
+      raise background.NonFinite(np.flatnonzero(everyone).tolist(), job.step, job.label)
     by_rank, scales_by_rank = [], []
     for row in self.recv:
       parts = zip(self.offsets, self.counts, self.shapes)

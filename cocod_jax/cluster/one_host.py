@@ -8,7 +8,7 @@ worker; and CoCoD-SGD's compressed snapshot average with one message per `mpi.wo
 workers, as MPI ranks of that many workers would send them.
 
 With the average, each worker's contribution is tested for NaN and Inf; `wait` raises
-`background.Diverged` naming the workers before any state takes the average in.
+`background.NonFinite` naming the workers before any state takes the average in.
 
 This runtime reproduces the numbers of a cluster, not its time: workers that share a device run
 one after the other inside one vmapped program, and communication is a copy between devices.
@@ -143,10 +143,10 @@ class OneHostCluster(stacked.StackedWorkers):
     return int(sum(a.nbytes // a.shape[0] for a in jax.tree.leaves(tree)))
 
   def wait(self, handle: Done):
-    """The average of a started collective; raises Diverged if a contribution was not finite."""
+    """The average of a started collective; raises NonFinite if a contribution was not finite."""
     bad = np.asarray(jax.device_get(handle.bad))
     if bad.any():
-      raise background.Diverged(np.flatnonzero(bad).tolist(), handle.step, handle.label)
+      raise background.NonFinite(np.flatnonzero(bad).tolist(), handle.step, handle.label)
     return handle.value
 
   def weighted_mean(self, tree, label='', step=-1):
