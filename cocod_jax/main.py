@@ -58,7 +58,7 @@ def _checked(config):
   """The config's own checks, then the workdir's, before any data is loaded: every problem of
   the config (an override the algorithm does not use included), a workdir that cannot hold the
   run, a one-host run that is one of several MPI processes."""
-  from cocod_jax.config import validation  # pylint: disable=g-import-not-at-top
+  from cocod_jax import validation  # pylint: disable=g-import-not-at-top
   from cocod_jax.record import workdir  # pylint: disable=g-import-not-at-top
 
   as_given = None  # The file's config: an override the algorithm does not use is refused.

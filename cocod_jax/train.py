@@ -166,7 +166,7 @@ def train_and_evaluate(config, workdir: str, dataset: input_pipeline.Dataset | N
   """Trains with `config.algorithm.name` on `config.backend` and writes the results.
 
   Args:
-    config: a validated ConfigDict (see `cocod_jax.config.validation.validate`).
+    config: a validated ConfigDict (see `cocod_jax.validation.validate`).
     workdir: where results.json, final_params.npz and TensorBoard summaries go (written by the
       chief: rank 0 under MPI), and timeline_rank<r>.json (every rank, MPI only).
     dataset: the loaded dataset (default: `input_pipeline.load` of `config.dataset`); the plan

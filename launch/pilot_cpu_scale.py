@@ -27,7 +27,7 @@ import numpy as np
 from cocod_jax import models
 from cocod_jax import steps
 from cocod_jax import train
-from cocod_jax.config import validation as config_validation
+from cocod_jax import validation as config_validation
 from cocod_jax.data import mnist1d as mnist1d_data
 from cocod_jax.data import pipeline as input_pipeline
 from cocod_jax.experiments import stats

@@ -2,7 +2,7 @@
 
 import pytest
 
-from cocod_jax.config import validation as config_validation
+from cocod_jax import validation as config_validation
 from configs import test as test_config
 
 

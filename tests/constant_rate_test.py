@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from cocod_jax import train
-from cocod_jax.config import validation
+from cocod_jax import validation
 from tests import helpers
 from tests import mpi_helpers
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from cocod_jax import shares
 from cocod_jax import train
-from cocod_jax.config import validation as config_validation
+from cocod_jax import validation as config_validation
 from cocod_jax.record import checkpoints
 from configs import test as test_config
 from tests import reference

@@ -323,7 +323,7 @@ def test_mnist1d_damaged_cache_is_generated_again(cache):
 
 
 def test_mnist1d_split_sizes_checked(cache):
-  from cocod_jax.config import validation as config_validation
+  from cocod_jax import validation as config_validation
 
   c = test_config.get_config()
   c.dataset.name = 'mnist1d_large'

@@ -22,9 +22,9 @@ import ml_collections  # noqa: E402
 
 from cocod_jax import resume as resume_lib  # noqa: E402
 from cocod_jax import train  # noqa: E402
+from cocod_jax import validation as config_validation  # noqa: E402
 from cocod_jax.cluster import mpi  # noqa: E402
 from cocod_jax.cluster import ranks  # noqa: E402
-from cocod_jax.config import validation as config_validation  # noqa: E402
 from cocod_jax.record import files  # noqa: E402
 
 

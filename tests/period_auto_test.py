@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from cocod_jax import plan as plan_lib
+from cocod_jax import validation as config_validation
 from cocod_jax.cluster import period_auto
 from cocod_jax.config import loader as config_loader
-from cocod_jax.config import validation as config_validation
 from cocod_jax.data import pipeline as input_pipeline
 from cocod_jax.record import schema as results_schema
 from configs import test as test_config

@@ -30,8 +30,8 @@ import pytest
 
 from cocod_jax import shares
 from cocod_jax import train
+from cocod_jax import validation as config_validation
 from cocod_jax.cluster import ranks
-from cocod_jax.config import validation as config_validation
 from cocod_jax.record import schema as results_schema
 from tests import helpers
 from tests import mpi_helpers

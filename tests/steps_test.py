@@ -82,7 +82,7 @@ def test_adam_state_holds_both_moments():
 
 
 def test_unknown_optimizer_refused():
-  from cocod_jax.config import validation as config_validation
+  from cocod_jax import validation as config_validation
   from configs import test as test_config
 
   c = test_config.get_config()

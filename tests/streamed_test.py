@@ -14,12 +14,12 @@ import pytest
 
 from cocod_jax import algorithms
 from cocod_jax import train
+from cocod_jax import validation
 from cocod_jax.algorithms import cocod_sgd
 from cocod_jax.algorithms import streamed
 from cocod_jax.cluster import background
 from cocod_jax.config import errors
 from cocod_jax.config import loader as config_loader
-from cocod_jax.config import validation
 from cocod_jax.record import checkpoints
 from cocod_jax.record import schema
 from tests import helpers

@@ -28,10 +28,6 @@ from cocod_jax.cluster import background
 from cocod_jax.cluster import compression
 from cocod_jax.cluster import stacked
 
-# Read here by cluster/mpi.py and cluster/start.py until they read them from stacked.py.
-AXIS = stacked.AXIS
-choose_devices = stacked.choose_devices
-
 
 class Done(NamedTuple):
   """A collective of the one-host cluster: dispatched at `start`, checked at `wait`."""

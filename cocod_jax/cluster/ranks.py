@@ -38,6 +38,7 @@ from cocod_jax.algorithms import correction
 from cocod_jax.cluster import compression
 from cocod_jax.cluster import mpi
 from cocod_jax.cluster import stacked
+from cocod_jax.config import errors
 from cocod_jax.config import loader as config_loader
 
 
@@ -69,6 +70,16 @@ def workers_per_rank(num_workers: int, ranks: int, requested: int = 0) -> int:
       f'{ranks * max(1, num_workers // ranks)}), or `mpirun -np N` with N dividing {num_workers}'
     )
   return num_workers // ranks
+
+
+def check_world(config, world_size: int) -> None:
+  """Under MPI every rank holds num_workers / world size workers: refuses a `num_workers` that
+  the world size does not divide, or a world size other than `mpi.workers_per_rank` asks for
+  (before JAX starts: cluster/start.py)."""
+  try:
+    workers_per_rank(config.num_workers, world_size, config.mpi.workers_per_rank)
+  except ValueError as e:
+    raise errors.UsageError(str(e)) from None
 
 
 def rank_devices(config, world) -> list:

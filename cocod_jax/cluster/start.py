@@ -51,9 +51,9 @@ def check_devices(config) -> None:
   """
   import jax  # pylint: disable=g-import-not-at-top
 
-  from cocod_jax.cluster import one_host as one_host_lib  # pylint: disable=g-import-not-at-top
+  from cocod_jax.cluster import stacked  # pylint: disable=g-import-not-at-top
 
-  one_host_lib.choose_devices(config.num_workers, config.one_host.devices, jax.devices())
+  stacked.choose_devices(config.num_workers, config.one_host.devices, jax.devices())
 
 
 def mpi():
@@ -175,13 +175,12 @@ def mpi_layout(config, size: int) -> None:
   """The world of `size` ranks fits the config, and every rank agrees on W and the devices.
 
   Raises:
-    errors.UsageError: the world size does not fit `num_workers` (`validation.check_world`).
+    errors.UsageError: the world size does not fit `num_workers` (`ranks.check_world`).
     ValueError: the ranks disagree on the layout (W, the device counts).
   """
   from cocod_jax.cluster import ranks  # pylint: disable=g-import-not-at-top
-  from cocod_jax.config import validation  # pylint: disable=g-import-not-at-top
 
-  validation.check_world(config, size)
+  ranks.check_world(config, size)
   cpu_devices(config.mpi.devices)  # A rank's own devices (`mpi.devices`).
   ranks.agree_on_layout(config)
 

@@ -23,7 +23,7 @@ from absl import flags
 from absl import logging
 
 from cocod_jax import train
-from cocod_jax.config import validation as config_validation
+from cocod_jax import validation as config_validation
 from cocod_jax.experiments import flags as experiment_flags
 from cocod_jax.record import files
 from cocod_jax.record import provenance

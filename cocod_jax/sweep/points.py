@@ -185,7 +185,7 @@ def _resolve(module, config_arg: str, point_overrides: dict, sweep_overrides: di
     (the ConfigDict, path -> command-line text of each override, the point's problems, the
     problems of the sweep-wide overrides).
   """
-  from cocod_jax.config import validation as config_validation  # pylint: disable=g-import-not-at-top
+  from cocod_jax import validation as config_validation  # pylint: disable=g-import-not-at-top
 
   try:
     config = config_loader.get_config(module, config_arg)

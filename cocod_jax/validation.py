@@ -26,7 +26,6 @@ from cocod_jax.algorithms import correction
 from cocod_jax.cluster import compression
 from cocod_jax.cluster import mpi
 from cocod_jax.cluster import period_auto
-from cocod_jax.cluster import ranks
 from cocod_jax.config import defaults
 from cocod_jax.config import errors as errors_lib
 from cocod_jax.data import mnist1d as mnist1d_data
@@ -351,12 +350,3 @@ def validate(config, as_given=None) -> None:
   problems = errors(config, as_given)
   if problems:
     raise errors_lib.UsageError(problems)
-
-
-def check_world(config, world_size: int) -> None:
-  """Under MPI every rank holds num_workers / world size workers: refuses a `num_workers` that
-  the world size does not divide, or a world size other than `mpi.workers_per_rank` asks for."""
-  try:
-    ranks.workers_per_rank(config.num_workers, world_size, config.mpi.workers_per_rank)
-  except ValueError as e:
-    raise errors_lib.UsageError(str(e)) from None
