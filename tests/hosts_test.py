@@ -265,7 +265,7 @@ def test_exact_cases_on_two_hosts_equal_the_float64_reference(
   # ranks_test's exactness case (unequal workers and batches, a rate that changes every step),
   # one rank on each host, against the float64 transcription of the algorithm.
   from cocod_jax import shares  # pylint: disable=g-import-not-at-top
-  from cocod_jax.config import validation  # pylint: disable=g-import-not-at-top
+  from cocod_jax import validation  # pylint: disable=g-import-not-at-top
   from tests import ranks_test  # pylint: disable=g-import-not-at-top
   from tests import reference  # pylint: disable=g-import-not-at-top
 
