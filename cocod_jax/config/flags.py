@@ -174,11 +174,6 @@ def parse(
   """
   from cocod_jax.config import errors  # pylint: disable=g-import-not-at-top
 
-  if name == 'streamed' and refusal is None:  # The old path: see __getattr__ below.
-    from cocod_jax.experiments import flags as experiment_flags  # pylint: disable=g-import-not-at-top
-
-    return experiment_flags.parse(argv, name)
-
   if config_overrides:
     argv = [f'--set={a[len("--config.") :]}' if a.startswith('--config.') else a for a in argv]
   list_in_help(left_out, module)
@@ -241,14 +236,3 @@ def parse_main(argv):
     except errors.UsageError as e:
       errors.fail(e, errors.EXIT_USAGE, verbose=verbose or FLAGS.verbose)
   return rest
-
-
-def __getattr__(attr):
-  """The old path of `define_experiment_flags`, now experiments/flags.py's: kept, with `parse`'s
-  hand-over above, only until experiments/streamed.py reads experiments/flags.py as the other
-  experiments do (the one import here of a higher floor; docs/guide.md)."""
-  if attr == 'define_experiment_flags':
-    from cocod_jax.experiments import flags as experiment_flags  # pylint: disable=g-import-not-at-top
-
-    return experiment_flags.define_experiment_flags
-  raise AttributeError(f'module {__name__!r} has no attribute {attr!r}')

@@ -37,10 +37,10 @@ import sys
 from absl import app
 
 from cocod_jax.config import errors
-from cocod_jax.config import flags as cocod_flags
 from cocod_jax.experiments import artefacts
 from cocod_jax.experiments import common
 from cocod_jax.experiments import corrections
+from cocod_jax.experiments import flags as experiment_flags
 from cocod_jax.experiments import streamed_analysis as analysis
 from cocod_jax.experiments import streamed_plots
 from cocod_jax.experiments import streamed_report
@@ -115,7 +115,7 @@ def replot() -> int:
 
 
 def main():
-  cocod_flags.define_experiment_flags(replot=True)
+  experiment_flags.define_experiment_flags(replot=True)
 
   def run(argv):
     del argv
@@ -125,7 +125,7 @@ def main():
       common.announce('streamed', make)
       sys.exit(make())
 
-  app.run(run, flags_parser=lambda a: cocod_flags.parse(a, 'streamed'))
+  app.run(run, flags_parser=lambda a: experiment_flags.parse(a, 'streamed'))
 
 
 if __name__ == '__main__':
