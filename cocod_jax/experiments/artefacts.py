@@ -298,3 +298,33 @@ def main(name: str) -> None:
     sys.exit(make(name))
 
   app.run(run, flags_parser=lambda a: experiment_flags.parse(a, name))
+
+
+def replot(name: str, plot) -> int:
+  """--replot of experiment `name`: its figures again from <workdir>/<name>.json alone, by
+  `plot(data, dry_run)` (which returns the paths it drew or, with --dry_run, would draw); nothing
+  else written, and with --dry_run nothing at all."""
+  path = os.path.join(FLAGS.workdir, f'{name}.json')
+  if not os.path.exists(path):
+    errors.fail(errors.UsageError(f'{name}: --replot reads {path}, which does not exist'))
+  with open(path, encoding='utf-8') as f:
+    data = json.load(f)
+  for written in plot(data, dry_run=FLAGS.dry_run):
+    print(f'dry run: would draw {written}' if FLAGS.dry_run else written)
+  return 0
+
+
+def main_with_replot(name: str, make_it, plot) -> None:
+  """The entry point of an experiment that also takes --replot (`replot`): defines the flags,
+  runs `make_it()` with the registered flags of `name`, or replots, and exits with the status."""
+  experiment_flags.define_experiment_flags(replot=True)
+
+  def run(argv):
+    del argv
+    if FLAGS.replot:
+      sys.exit(replot(name, plot))
+    with registered(name):  # The registered timing flags (configs/scales.py).
+      common.announce(name, make_it)
+      sys.exit(make_it())
+
+  app.run(run, flags_parser=lambda a: experiment_flags.parse(a, name))

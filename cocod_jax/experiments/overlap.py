@@ -22,17 +22,11 @@ Writes overlap.md, .json (with the commits the runs were made at) and .png into 
 analysis: overlap_analysis.py; overlap.md: overlap_report.py; the figures: overlap_plots.py.
 """
 
-import json
 import os
-import sys
 
-from absl import app
-
-from cocod_jax.config import errors
 from cocod_jax.experiments import artefacts
 from cocod_jax.experiments import common
 from cocod_jax.experiments import corrections
-from cocod_jax.experiments import flags as experiment_flags
 from cocod_jax.experiments import overlap_analysis as analysis
 from cocod_jax.experiments import overlap_plots
 from cocod_jax.experiments import overlap_report
@@ -92,31 +86,8 @@ def _plot(data: dict, dry_run: bool = False) -> list[str]:
   return [draw(data) for _, draw in figures]
 
 
-def replot() -> int:
-  """--replot: the figures again from <workdir>/overlap.json alone (nothing else written; with
-  --dry_run nothing at all, the figures it would draw named)."""
-  path = os.path.join(FLAGS.workdir, 'overlap.json')
-  if not os.path.exists(path):
-    errors.fail(errors.UsageError(f'overlap: --replot reads {path}, which does not exist'))
-  with open(path, encoding='utf-8') as f:
-    data = json.load(f)
-  for written in _plot(data, dry_run=FLAGS.dry_run):
-    print(f'dry run: would draw {written}' if FLAGS.dry_run else written)
-  return 0
-
-
 def main():
-  experiment_flags.define_experiment_flags(replot=True)
-
-  def run(argv):
-    del argv
-    if FLAGS.replot:
-      sys.exit(replot())
-    with artefacts.registered('overlap'):  # The registered timing flags (configs/scales.py).
-      common.announce('overlap', make)
-      sys.exit(make())
-
-  app.run(run, flags_parser=lambda a: experiment_flags.parse(a, 'overlap'))
+  artefacts.main_with_replot('overlap', make, _plot)
 
 
 if __name__ == '__main__':

@@ -30,17 +30,11 @@ streamed_analysis.py and streamed_targets.py; streamed.md: streamed_report.py; t
 streamed_plots.py.
 """
 
-import json
 import os
-import sys
 
-from absl import app
-
-from cocod_jax.config import errors
 from cocod_jax.experiments import artefacts
 from cocod_jax.experiments import common
 from cocod_jax.experiments import corrections
-from cocod_jax.experiments import flags as experiment_flags
 from cocod_jax.experiments import streamed_analysis as analysis
 from cocod_jax.experiments import streamed_plots
 from cocod_jax.experiments import streamed_report
@@ -101,31 +95,8 @@ def _plot(data: dict, dry_run: bool = False) -> list[str]:
   return [draw(data) for _, draw in figures]
 
 
-def replot() -> int:
-  """--replot: the figures again from <workdir>/streamed.json alone (nothing else written; with
-  --dry_run nothing at all, the figures it would draw named)."""
-  path = os.path.join(FLAGS.workdir, 'streamed.json')
-  if not os.path.exists(path):
-    errors.fail(errors.UsageError(f'streamed: --replot reads {path}, which does not exist'))
-  with open(path, encoding='utf-8') as f:
-    data = json.load(f)
-  for written in _plot(data, dry_run=FLAGS.dry_run):
-    print(f'dry run: would draw {written}' if FLAGS.dry_run else written)
-  return 0
-
-
 def main():
-  experiment_flags.define_experiment_flags(replot=True)
-
-  def run(argv):
-    del argv
-    if FLAGS.replot:
-      sys.exit(replot())
-    with artefacts.registered('streamed'):  # The registered timing flags (configs/scales.py).
-      common.announce('streamed', make)
-      sys.exit(make())
-
-  app.run(run, flags_parser=lambda a: experiment_flags.parse(a, 'streamed'))
+  artefacts.main_with_replot('streamed', make, _plot)
 
 
 if __name__ == '__main__':
