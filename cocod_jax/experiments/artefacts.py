@@ -290,14 +290,7 @@ ARTEFACTS = {**{name: _MAKERS[name] for name in experiment_flags.PAPER}, 'paper'
 
 def main(name: str) -> None:
   """The entry point of artefact `name`: defines the flags, runs it, exits with its status."""
-  experiment_flags.define_experiment_flags()
-
-  def run(argv):
-    del argv
-    common.announce(name, lambda: make(name))
-    sys.exit(make(name))
-
-  app.run(run, flags_parser=lambda a: experiment_flags.parse(a, name))
+  entry(name, lambda: make(name))
 
 
 def replot(name: str, plot) -> int:
@@ -314,16 +307,17 @@ def replot(name: str, plot) -> int:
   return 0
 
 
-def main_with_replot(name: str, make_it, plot) -> None:
-  """The entry point of an experiment that also takes --replot (`replot`): defines the flags,
-  runs `make_it()` with the registered flags of `name`, or replots, and exits with the status."""
-  experiment_flags.define_experiment_flags(replot=True)
+def entry(name: str, make_it, plot=None) -> None:
+  """The entry point of experiment `name`: defines the flags (--replot too with `plot`), runs
+  `make_it()` with the registered flags of `name` after saying how many runs it will make, or
+  replots (`replot`), and exits with the status."""
+  experiment_flags.define_experiment_flags(replot=plot is not None)
 
   def run(argv):
     del argv
-    if FLAGS.replot:
+    if plot is not None and FLAGS.replot:
       sys.exit(replot(name, plot))
-    with registered(name):  # The registered timing flags (configs/scales.py).
+    with registered(name):  # The registered flags (configs/scales.py), if it has any.
       common.announce(name, make_it)
       sys.exit(make_it())
 

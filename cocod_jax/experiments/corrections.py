@@ -19,16 +19,14 @@ corrections_correct.npz (the per-example correctness of every run a verdict used
 
 import os
 import statistics
-import sys
 
-from absl import app
 import numpy as np
 
 from cocod_jax.experiments import accuracy
+from cocod_jax.experiments import artefacts
 from cocod_jax.experiments import common
 from cocod_jax.experiments import correctness
 from cocod_jax.experiments import figures
-from cocod_jax.experiments import flags as experiment_flags
 from cocod_jax.experiments import timing
 from configs import corrections as config
 from configs import scales
@@ -277,14 +275,7 @@ def make() -> int:
 
 
 def main():
-  experiment_flags.define_experiment_flags()
-
-  def run(argv):
-    del argv
-    common.announce('corrections', make)
-    sys.exit(make())
-
-  app.run(run, flags_parser=lambda a: experiment_flags.parse(a, 'corrections'))
+  artefacts.entry('corrections', make)
 
 
 if __name__ == '__main__':

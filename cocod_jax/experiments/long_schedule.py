@@ -23,15 +23,13 @@ into --workdir.
 import json
 import os
 import statistics
-import sys
 
-from absl import app
 import numpy as np
 
 from cocod_jax.experiments import accuracy
+from cocod_jax.experiments import artefacts
 from cocod_jax.experiments import common
 from cocod_jax.experiments import corrections
-from cocod_jax.experiments import flags as experiment_flags
 from cocod_jax.experiments import stats
 from configs import long_schedule as config
 from configs import scales
@@ -320,14 +318,7 @@ def make() -> int:
 
 
 def main():
-  experiment_flags.define_experiment_flags()
-
-  def run(argv):
-    del argv
-    common.announce('long_schedule', make)
-    sys.exit(make())
-
-  app.run(run, flags_parser=lambda a: experiment_flags.parse(a, 'long_schedule'))
+  artefacts.entry('long_schedule', make)
 
 
 if __name__ == '__main__':

@@ -87,7 +87,7 @@ def _plot(data: dict, dry_run: bool = False) -> list[str]:
 
 
 def main():
-  artefacts.main_with_replot('overlap', make, _plot)
+  artefacts.entry('overlap', make, _plot)
 
 
 if __name__ == '__main__':

@@ -96,7 +96,7 @@ def _plot(data: dict, dry_run: bool = False) -> list[str]:
 
 
 def main():
-  artefacts.main_with_replot('streamed', make, _plot)
+  artefacts.entry('streamed', make, _plot)
 
 
 if __name__ == '__main__':
