@@ -27,7 +27,8 @@ kept. From these:
   background collective's local mean runs on the compute devices in line with the steps: nothing
   hides it); `hidden_fraction` = 1 - exposed / comm (0 when every collective blocks);
 - `drain_s` = time waiting at epoch ends for a collective still in flight (`wait` spans with
-  `drain=True`: Pipe-SGD's pipeline is emptied before evaluation), always timed;
+  `drain=True`: Pipe-SGD's pipeline is emptied before evaluation), always timed (its spans count
+  in `comm_s` and `exposed_comm_s` where their round is sampled, like every other span);
 - `step_time_s` = measured training time / steps, over all steps.
 
 Only spans of the measured epochs count: the first epoch compiles every function, so it is left out
@@ -114,6 +115,7 @@ class Timeline:
     self._rounds = 0
     self._round = None  # (start time, first step, length, compile clock) of the sampled round
     self._step_compiled = False
+    self._drain_of = None  # In an epoch-end wait: whether its round is sampled.
 
   # ------------------------------------------------------------------ driven by the loop
 
@@ -140,19 +142,23 @@ class Timeline:
 
   @contextlib.contextmanager
   def drain(self):
-    """The epoch-end wait: always timed."""
+    """The epoch-end wait: always timed (`drain_s`), but its spans count in the hidden fraction
+    only where its round is sampled: were every drain counted and only one round in
+    `sample_every`, the exposed waits at epoch ends would weigh `sample_every` times what they
+    do in the run (a run of 11-step epochs and rounds of 5 reported 0% hidden)."""
     sampling, self.sampling = self.sampling, self.enabled
+    self._drain_of = sampling
     try:
       yield
     finally:
-      self.sampling = sampling
+      self.sampling, self._drain_of = sampling, None
 
   # ------------------------------------------------------------------ spans
 
   def add(self, name, cat, start, end, thread=MAIN, **args):
     if self.enabled:
       args.setdefault('epoch', self.epoch)
-      args.setdefault('sampled', self.sampling)
+      args.setdefault('sampled', self.sampling if self._drain_of is None else self._drain_of)
       if thread != MAIN and CompileClock.during(start, end):  # (e.g. a restart's first
         args['compiled'] = True  # collective, which compiles its staging on its thread)
       self.spans.append((name, cat, start, end, thread, args))
@@ -375,7 +381,17 @@ def describe(tm) -> str:
     + comm
     + f'{tm["step_time_s"] * 1e3:.1f} ms per step, communication hidden '
     + ('n/a' if hidden is None else f'{hidden:.0%}')
+    + _drained(tm)
   )
+
+
+def _drained(tm) -> str:
+  """What the epoch ends waited, where they did: a round cut by an epoch's end has only the steps
+  before it to hide its collective behind (outside the hidden fraction of the sampled rounds)."""
+  drain, steps = tm.get('drain_s'), tm.get('steps')
+  if not drain or not steps:
+    return ''
+  return f' (and {drain:.2f} s waited at epoch ends, {drain / steps * 1e3:.1f} ms a step)'
 
 
 def model_step_time(

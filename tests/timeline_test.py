@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 
 from cocod_jax import timeline as timeline_lib
 from launch import plot_timeline
@@ -129,3 +130,42 @@ def test_combine_takes_tc_without_the_wait_for_the_slow_rank():
   # Collectives are matched by their order: the minimum is taken per collective, not overall.
   tm = timeline_lib.combine([rank([0.2, 0.6], 0.1), rank([0.5, 0.3], 0.1)])
   np.testing.assert_allclose(tm['Tc_s'], 0.25, rtol=1e-9)
+
+
+def test_a_drain_counts_in_the_hidden_fraction_only_where_its_round_is_sampled():
+  # Every second round timed: round 0 sampled (a 0.1 s allreduce hidden behind its step), round 1
+  # not, and the epoch ends inside it with a 0.3 s wait. The drain is always timed (drain_s), but
+  # it counts in the hidden fraction only as its round would: not here, so 100% hidden (before:
+  # 0.3 s exposed of 0.4 s, 25%, a weight of every drain sample_every times a round's).
+  tl = timeline_lib.Timeline(enabled=True, sample_every=2)
+  tl.epoch = 1
+  tl.begin_round(0, 1)
+  with tl.span('step', 'step'):
+    pass
+  tl.add('allreduce', 'allreduce', 0.0, 0.1, thread=timeline_lib.COMM)
+  tl.end_step(0)
+  tl.begin_round(1, 2)
+  assert not tl.sampling
+  with tl.drain():
+    tl.add('wait', 'wait', 1.0, 1.3, drain=True)
+    tl.add('allreduce', 'allreduce', 1.0, 1.3, thread=timeline_lib.COMM)
+  s = tl.summary(1, 3, 2.0)
+  assert s['hidden_fraction'] == 1.0 and s['drain_s'] == pytest.approx(0.3)
+  assert s['collectives'] == 2
+
+
+def test_the_line_says_what_the_epoch_ends_waited_and_why_nothing_was_measured():
+  tm = {'steps': 100, 'from_epoch': 2, 'ranks': [{}, {}], 'Tp_s': 0.008, 'Tl_s': None,
+        'Tc_s': 0.014, 'r': 1.75, 'step_time_s': 0.011, 'hidden_fraction': 0.96,
+        'drain_s': 0.25}  # fmt: skip
+  line = timeline_lib.describe(tm)
+  assert line.endswith('communication hidden 96% (and 0.25 s waited at epoch ends, 2.5 ms a step)')
+  assert timeline_lib.describe(dict(tm, drain_s=0.0)).endswith('communication hidden 96%')
+  # No sampled round in the measured epochs: no NaN, a reason.
+  none = timeline_lib.describe(dict(tm, Tp_s=None, r=None, rounds=7, sample_every=10))
+  assert (
+    'Tp and r not measured: no round from epoch 2 on was timed (every 10th round of the run '
+    'is timed, and it had 7'
+    in none
+    and 'nan' not in none
+  )
