@@ -150,7 +150,8 @@ def test_timeline_and_timing(tmp_path):
   assert res['backend'] == 'mpi'
   tm = res['timing']
   assert len(tm['ranks']) == 2 and tm['from_epoch'] == 2 and tm['steps'] == 4 * 5
-  assert 0 <= tm['drain_s'] <= tm['exposed_comm_s']
+  # Every epoch-end wait is in drain_s; in the exposed time only those of sampled rounds (below).
+  assert tm['drain_s'] >= 0
   # 20 measured steps in rounds of 2: 10 snapshot averages per rank.
   assert all(r['collectives'] == 10 for r in tm['ranks'])
   # Every figure worked out again from the Chrome traces (the spans of epochs >= 2): a summary
