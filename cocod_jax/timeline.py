@@ -365,7 +365,7 @@ def describe(tm) -> str:
     return head + (
       f'Tp and r not measured: no round from epoch {tm["from_epoch"]} on was timed ({which}, '
       f'and it had {tm.get("rounds", "?")}; --config.timeline.sample_every=1 times every one), '
-      f'{tm["step_time_s"] * 1e3:.1f} ms per step'
+      f'{tm["step_time_s"] * 1e3:.1f} ms per step, communication hidden n/a' + _drained(tm)
     )
   if tm.get('fragments', 1) > 1 and tm.get('Tc_fragment_s') is not None:
     comm = (

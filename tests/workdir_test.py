@@ -251,9 +251,12 @@ def test_fallback_from_a_truncated_checkpoint_prints_no_traceback(tmp_path):
     p = main_test._main(wd, *args)
     assert p.returncode == 0, p.stderr[-3000:]
     lines = (p.stdout + p.stderr).splitlines()
-    assert len(lines) == 4, '\n'.join(lines)  # (all of them: a failure says what leaked)
-    assert lines[0].startswith('skipping the unreadable checkpoint at step 45')
-    assert lines[1].startswith('resuming from the checkpoint at step 30 (epoch 3)'), lines
+    # The run's line, the fallback's two, then compiling, the epoch, the final model, the files.
+    assert len(lines) == 7, '\n'.join(lines)  # (all of them: a failure says what leaked)
+    assert lines[0].startswith('run: cocod_sgd period=3')
+    assert lines[1].startswith('skipping the unreadable checkpoint at step 45')
+    assert lines[2].startswith('resuming from the checkpoint at step 30 (epoch 3)'), lines
+    assert lines[3] == 'compiling the step ...' and lines[6].startswith('written: ')
 
 
 def test_no_readable_checkpoint_is_one_line(tmp_path, finished):
