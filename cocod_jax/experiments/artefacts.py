@@ -293,6 +293,20 @@ def main(name: str) -> None:
   entry(name, lambda: make(name))
 
 
+def figures(name: str, plot, plot_frontier, timed):
+  """`plot(data, dry_run)` for `entry`/`replot` of an experiment with a figure and a frontier:
+  <name>.png, and <name>_frontier.png where `timed(data)` (it has timing runs), into --workdir;
+  returns their paths (with `dry_run` only the paths, nothing drawn)."""
+
+  def draw(data: dict, dry_run: bool = False) -> list[str]:
+    made = [(name, plot)] + ([(f'{name}_frontier', plot_frontier)] if timed(data) else [])
+    if dry_run:
+      return [os.path.join(FLAGS.workdir, f'{n}.png') for n, _ in made]
+    return [fn(data) for _, fn in made]
+
+  return draw
+
+
 def replot(name: str, plot) -> int:
   """--replot of experiment `name`: its figures again from <workdir>/<name>.json alone, by
   `plot(data, dry_run)` (which returns the paths it drew or, with --dry_run, would draw); nothing

@@ -22,8 +22,6 @@ Writes overlap.md, .json (with the commits the runs were made at) and .png into 
 analysis: overlap_analysis.py; overlap.md: overlap_report.py; the figures: overlap_plots.py.
 """
 
-import os
-
 from cocod_jax.experiments import artefacts
 from cocod_jax.experiments import common
 from cocod_jax.experiments import corrections
@@ -75,15 +73,10 @@ def make() -> int:
   return 0 if not data['not_run'] else 1
 
 
-def _plot(data: dict, dry_run: bool = False) -> list[str]:
-  """overlap.png and, with timing runs, overlap_frontier.png into --workdir; their paths (with
-  `dry_run` only the paths, nothing drawn)."""
-  figures = [('overlap', overlap_plots.plot)]
-  if data['timing']:
-    figures.append(('overlap_frontier', overlap_plots.plot_frontier))
-  if dry_run:
-    return [os.path.join(FLAGS.workdir, f'{name}.png') for name, _ in figures]
-  return [draw(data) for _, draw in figures]
+# overlap.png and, with timing runs, overlap_frontier.png (artefacts.figures).
+_plot = artefacts.figures(
+  'overlap', overlap_plots.plot, overlap_plots.plot_frontier, lambda data: data['timing']
+)
 
 
 def main():

@@ -111,6 +111,20 @@ def _render_reach(full: dict) -> list[str]:
   return lines
 
 
+def timing_cells(row) -> tuple[str, str]:
+  """A timing row's accuracy cell (its difference to S-SGD, with the 90% interval where it has
+  one) and time-to-target cell (the time, or how many of its runs reached the target)."""
+  acc = row['accuracy']
+  interval = f' [{acc["lo"]:+.2f}, {acc["hi"]:+.2f}]' if acc.get('lo') is not None else ''
+  accuracy_text = '-' if acc.get('difference') is None else f'{acc["difference"]:+.2f}{interval}'
+  reached = (
+    timing.spread(row['time_s'], row['time_range'], '{:.1f}')
+    if row['time_s'] is not None
+    else f'{row["reached"]} of {row["runs"]} reached'
+  )
+  return accuracy_text, reached
+
+
 def _render_timing(link: str, task: str, part: dict) -> list[str]:
   if not part['rows']:
     return ['', f'### {link}, {scales.task_title(task, "cpu")}: not run']
@@ -135,14 +149,7 @@ def _render_timing(link: str, task: str, part: dict) -> list[str]:
     '|---|---|---|---|---|---|---|---|---|---|',
   ]
   for r in part['rows']:
-    acc = r['accuracy']
-    interval = f' [{acc["lo"]:+.2f}, {acc["hi"]:+.2f}]' if acc.get('lo') is not None else ''
-    accuracy_text = '-' if acc.get('difference') is None else f'{acc["difference"]:+.2f}{interval}'
-    reached = (
-      timing.spread(r['time_s'], r['time_range'], '{:.1f}')
-      if r['time_s'] is not None
-      else f'{r["reached"]} of {r["runs"]} reached'
-    )
+    accuracy_text, reached = timing_cells(r)
     lines.append(
       f'| {r["variant"]} | {", ".join(map(str, r["tau"])) or "-"} | {accuracy_text} '
       f'| {timing.spread(r["epoch_s"], r["epoch_range"], "{:.3f}")} '

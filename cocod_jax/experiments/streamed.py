@@ -30,8 +30,6 @@ streamed_analysis.py and streamed_targets.py; streamed.md: streamed_report.py; t
 streamed_plots.py.
 """
 
-import os
-
 from cocod_jax.experiments import artefacts
 from cocod_jax.experiments import common
 from cocod_jax.experiments import corrections
@@ -84,15 +82,10 @@ def make() -> int:
   return 0 if not data['not_run'] else 1
 
 
-def _plot(data: dict, dry_run: bool = False) -> list[str]:
-  """streamed.png and, with timing runs, streamed_frontier.png into --workdir; their paths (with
-  `dry_run` only the paths, nothing drawn)."""
-  figures = [('streamed', streamed_plots.plot)]
-  if streamed_report.has_timing_runs(data):
-    figures.append(('streamed_frontier', streamed_plots.plot_frontier))
-  if dry_run:
-    return [os.path.join(FLAGS.workdir, f'{name}.png') for name, _ in figures]
-  return [draw(data) for _, draw in figures]
+# streamed.png and, with timing runs, streamed_frontier.png (artefacts.figures).
+_plot = artefacts.figures(
+  'streamed', streamed_plots.plot, streamed_plots.plot_frontier, streamed_report.has_timing_runs
+)
 
 
 def main():

@@ -204,11 +204,7 @@ def _render_timing(link: str, task: str, part: dict) -> list[str]:
     '|---|---|---|---|---|---|---|---|---|---|',
   ]
   for r in part['rows']:
-    acc = r['accuracy']
-    interval = f' [{acc["lo"]:+.2f}, {acc["hi"]:+.2f}]' if acc.get('lo') is not None else ''
-    accuracy_text = '-' if acc.get('difference') is None else f'{acc["difference"]:+.2f}{interval}'
-    reached = (timing.spread(r['time_s'], r['time_range'], '{:.1f}') if r['time_s'] is not None
-               else f'{r["reached"]} of {r["runs"]} reached')  # fmt: skip
+    accuracy_text, reached = overlap_report.timing_cells(r)
     tc = r.get('tc_fragment_s')
     lines.append(
       f'| {r["variant"]} | {", ".join(map(str, r.get("tau_used") or [])) or "-"} '
